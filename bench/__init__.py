@@ -1,0 +1,1 @@
+"""A/B sweep driver for DFlash training: runs, VRAM polling, aggregation, reports."""

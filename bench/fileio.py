@@ -1,0 +1,68 @@
+"""Crash-safe result files: atomic whole-file writes and flushed JSON-lines appends.
+
+A sweep may be killed at any moment (even ``kill -9``): whole files are written to a
+temporary sibling and renamed into place, so a reader sees the old file or the new one,
+never half of one; JSON-lines files are appended a line at a time and flushed, and readers
+skip a torn last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: str | Path) -> Any | None:
+    """The parsed file, or None when it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def append_jsonl(path: str | Path, obj: Any) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(obj, default=str) + "\n")
+        f.flush()
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Every complete JSON object in the file; a torn or corrupt line is skipped."""
+    rows: list[dict] = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    rows.append(obj)
+    except OSError:
+        return []
+    return rows
