@@ -1,0 +1,501 @@
+"""Aggregate a sweep directory into tables: per run, per (cell, arm), loss parity, VRAM per card.
+
+Pure functions over pandas (no plotting, no writing). File layout and schemas:
+docs/run-contract.md; method: DESIGN.md §8. Numbers are kept at full precision here and
+rounded only when written (bench/report.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from scipy import stats
+
+from bench.fileio import read_json, read_jsonl
+
+BASELINE_ARM = "baseline"
+LIGER_ARM = "liger"
+CONFIDENCE = 0.95
+
+METRIC_FIELDS = [
+    "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s",
+    "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu",
+]  # fmt: skip
+
+CELL_COLUMNS = ["profile", "mode", "batch_size", "seq_len", "accumulation_steps", "num_anchors", "gpus"]
+PROVENANCE_COLUMNS = [
+    "hostname", "gpu_name", "gpu_count", "driver_version", "torch_version", "triton_version",
+    "transformers_version", "liger_version", "git_commit",
+]  # fmt: skip
+
+RUNS_COLUMNS = [
+    "run_id", "cell_id", *CELL_COLUMNS, "arm", "repeat", "order_index", "status", "reason", "note",
+    "steps_total", "warmup_steps", "steps_measured",
+    "s_per_step_mean", "s_per_step_median", "s_per_step_std", "s_per_step_p10", "s_per_step_p90",
+    "samples_per_s", "tokens_per_s", "mfu",
+    "peak_vram_gib", "peak_vram_sum_gib", "peak_vram_delta_gib", "vram_status",
+    "torch_peak_allocated_gib", "torch_peak_reserved_gib", "loss_last", "accuracy_last",
+    "start_time", "end_time", *PROVENANCE_COLUMNS,
+]  # fmt: skip
+RUNS_TEXT_COLUMNS = {
+    "run_id", "cell_id", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
+    "start_time", "end_time", *PROVENANCE_COLUMNS,
+} - {"gpu_count"}  # fmt: skip
+
+SUMMARY_PROVENANCE_COLUMNS = ["hostname", "gpu_name", "torch_version", "liger_version", "git_commit"]
+SUMMARY_COLUMNS = [
+    "cell_id", *CELL_COLUMNS, "arm", "n_runs", "n_ok",
+    "samples_per_s_mean", "samples_per_s_std", "samples_per_s_ci95_low", "samples_per_s_ci95_high",
+    "tokens_per_s_mean", "s_per_step_mean", "s_per_step_median", "s_per_step_ci95_low", "s_per_step_ci95_high",
+    "peak_vram_gib", "peak_vram_gib_max", "torch_peak_allocated_gib", "torch_peak_reserved_gib",
+    "mfu_mean", "loss_last_mean",
+    "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
+    "delta_peak_vram_gib", "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high",
+    "delta_peak_vram_pct", "delta_torch_peak_allocated_gib",
+    "verdict_speed", "verdict_memory", "ci_method", *SUMMARY_PROVENANCE_COLUMNS,
+]  # fmt: skip
+
+LOSS_PARITY_COLUMNS = [
+    "cell_id", "profile", "mode", "batch_size", "seq_len", "gpus", "repeat", "steps_compared",
+    "max_abs_delta", "max_abs_delta_step", "last_step", "last_step_abs_delta",
+    "loss_last_baseline", "loss_last_liger", "tolerance", "criterion", "passed",
+]  # fmt: skip
+PARITY_CRITERION = "last_step_abs_delta <= tolerance"
+
+VRAM_PER_CARD_COLUMNS = [
+    "run_id", "cell_id", "arm", "repeat", "card_index", "card_name", "total_gib",
+    "baseline_used_gib", "peak_used_gib", "peak_delta_gib",
+]  # fmt: skip
+
+_RUN_ID_RE = re.compile(r"^(?P<cell_id>.+)_(?P<arm>[A-Za-z0-9]+)_r(?P<repeat>\d+)$")
+NAN = float("nan")
+
+
+@dataclass
+class RunRecord:
+    """Everything one run directory holds; missing files are empty ({} / no rows / None)."""
+
+    run_dir: Path
+    cell: dict[str, Any]
+    run: dict[str, Any]
+    metrics: pd.DataFrame  # one row per optimizer step (METRIC_FIELDS), sorted by step
+    vram: dict[str, Any] | None
+
+    def _from_id(self, key: str) -> str | None:
+        m = _RUN_ID_RE.match(self.run_id)
+        return m.group(key) if m else None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.cell.get("run_id") or self.run_dir.name)
+
+    @property
+    def cell_id(self) -> str | None:
+        return self.cell.get("cell_id") or self._from_id("cell_id")
+
+    @property
+    def arm(self) -> str | None:
+        return self.cell.get("arm") or self.run.get("arm") or self._from_id("arm")
+
+    @property
+    def repeat(self) -> int | None:
+        rep = self.cell.get("repeat", self._from_id("repeat"))
+        return None if rep is None else int(rep)
+
+    @property
+    def status(self) -> str:
+        return str(self.run.get("status") or ("missing" if not self.run else "unknown"))
+
+    @property
+    def reason(self) -> str | None:
+        if not self.run:
+            return "run.json missing: the trainer never started or died before writing it"
+        return self.run.get("reason")
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.cell.get("warmup_steps") or 0)
+
+    @property
+    def steady(self) -> pd.DataFrame:
+        """Steady-state steps: everything after the first ``warmup_steps`` steps."""
+        m = self.metrics
+        return m[(m["step"] > self.warmup_steps) & m["step_time_s"].notna()]
+
+
+def _load_metrics(path: Path) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(read_jsonl(path), columns=METRIC_FIELDS)
+    df = df.apply(pd.to_numeric, errors="coerce").astype(float).dropna(subset=["step"])
+    return df.drop_duplicates("step", keep="last").sort_values("step").reset_index(drop=True)
+
+
+def load_runs(sweep_dir: str | Path) -> list[RunRecord]:
+    """One record per directory under ``<sweep_dir>/runs``, in run order (order_index, run_id)."""
+    runs_dir = Path(sweep_dir) / "runs"
+    records = [
+        RunRecord(
+            run_dir=d,
+            cell=read_json(d / "cell.json") or {},
+            run=read_json(d / "run.json") or {},
+            metrics=_load_metrics(d / "metrics.jsonl"),
+            vram=read_json(d / "vram.json"),
+        )
+        for d in (sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else [])
+    ]
+    return sorted(records, key=lambda r: (_num(r.cell.get("order_index"), math.inf), r.run_id))
+
+
+def _num(x: Any, default: float = NAN) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return default
+
+
+def vram_devices(vram: dict | None) -> pd.DataFrame:
+    """Per-card rows of a vram.json (card_index, card_name, total/baseline/peak/delta GiB)."""
+    cols = ["card_index", "card_name", "total_gib", "baseline_used_gib", "peak_used_gib", "peak_delta_gib"]
+    devices = (vram or {}).get("devices") or []
+    rows = [
+        {
+            "card_index": d.get("index", i),
+            "card_name": d.get("name"),
+            **{c: _num(d.get(c)) for c in cols[2:]},
+        }
+        for i, d in enumerate(devices)
+        if isinstance(d, dict)
+    ]
+    df = pd.DataFrame(rows, columns=cols)
+    df["peak_delta_gib"] = df["peak_delta_gib"].fillna(df["peak_used_gib"] - df["baseline_used_gib"])
+    return df
+
+
+def _summarize_vram(vram: dict | None) -> dict[str, Any]:
+    """Busiest card's peak used, sum over cards, busiest delta over idle baseline, poller status.
+
+    Stand-in for bench.vram.summarize_vram (same keys).
+    """
+    dev = vram_devices(vram)
+    return {
+        "peak_vram_gib": dev["peak_used_gib"].max(),
+        "peak_vram_sum_gib": dev["peak_used_gib"].sum(min_count=1),
+        "peak_vram_delta_gib": dev["peak_delta_gib"].max(),
+        "vram_status": "missing" if vram is None else str(vram.get("status") or "unknown"),
+    }
+
+
+def _step_stats(steady: pd.DataFrame) -> dict[str, float]:
+    """Step-time statistics; throughput as total work over total steady-state time."""
+    t = steady["step_time_s"]
+    total = t.sum()
+    samples = steady["samples"].fillna(steady["samples_per_s"] * t)
+    tokens = steady["tokens"].fillna(steady["tokens_per_s"] * t)
+    return {
+        "s_per_step_mean": t.mean(),
+        "s_per_step_median": t.median(),
+        "s_per_step_std": t.std(),
+        "s_per_step_p10": t.quantile(0.1),
+        "s_per_step_p90": t.quantile(0.9),
+        "samples_per_s": samples.sum(min_count=1) / total if total > 0 else NAN,
+        "tokens_per_s": tokens.sum(min_count=1) / total if total > 0 else NAN,
+        "mfu": steady["mfu"].mean(),
+    }
+
+
+def _provenance(rec: RunRecord) -> dict[str, Any]:
+    prov = rec.run.get("provenance") or {}
+    names = [str(n) for n in prov.get("gpu_names") or []]
+    return {
+        "hostname": prov.get("hostname"),
+        "gpu_name": ", ".join(dict.fromkeys(names)) or None,
+        "gpu_count": prov.get("gpu_count"),
+        "driver_version": prov.get("driver_version")
+        or prov.get("rocm_version")
+        or (rec.vram or {}).get("driver_version"),
+        "torch_version": prov.get("torch"),
+        "triton_version": prov.get("triton"),
+        "transformers_version": prov.get("transformers"),
+        "liger_version": prov.get("liger_kernel") or (rec.run.get("liger") or {}).get("version"),
+        "git_commit": prov.get("git_commit"),
+    }
+
+
+def run_row(rec: RunRecord) -> dict[str, Any]:
+    """One runs.csv row. Non-ok runs keep steps logged and memory peaks; their timings stay NaN."""
+    m, steady = rec.metrics, rec.steady
+    row: dict[str, Any] = {
+        "run_id": rec.run_id,
+        "cell_id": rec.cell_id,
+        **{c: rec.cell.get(c) for c in CELL_COLUMNS},
+        "arm": rec.arm,
+        "repeat": rec.repeat,
+        "order_index": rec.cell.get("order_index"),
+        "status": rec.status,
+        "reason": rec.reason,
+        "steps_total": len(m),
+        "warmup_steps": rec.warmup_steps,
+        "steps_measured": len(steady),
+        **_summarize_vram(rec.vram),
+        "torch_peak_allocated_gib": m["torch_peak_allocated_gib"].max(),
+        "torch_peak_reserved_gib": m["torch_peak_reserved_gib"].max(),
+        "start_time": rec.run.get("start_time"),
+        "end_time": rec.run.get("end_time"),
+        **_provenance(rec),
+    }
+    note = None
+    if rec.status != "ok":
+        if len(m):
+            note = f"{len(m)} step(s) logged before status '{rec.status}'; excluded from stats"
+    elif m.empty:
+        note = "no metrics logged"
+    elif len(steady) < 2:
+        note = (
+            f"only {len(steady)} steady-state step(s) after dropping {rec.warmup_steps} warm-up: "
+            "excluded from throughput stats"
+        )
+    else:
+        row.update(_step_stats(steady))
+    if rec.status == "ok" and not m.empty:
+        row["loss_last"], row["accuracy_last"] = m["loss"].iloc[-1], m["accuracy"].iloc[-1]
+    row["note"] = note
+    return row
+
+
+def runs_table(records: list[RunRecord]) -> pd.DataFrame:
+    """runs.csv: one row per run (RUNS_COLUMNS), none dropped, whatever its status."""
+    df = pd.DataFrame([run_row(r) for r in records]).reindex(columns=RUNS_COLUMNS)
+    for c in RUNS_COLUMNS:
+        if c not in RUNS_TEXT_COLUMNS:
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
+def mean_ci(values: pd.Series) -> tuple[float, float, float, float]:
+    """Mean, sample std and Student-t 95% interval of the non-NaN values (NaN where n is too small)."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    n = len(v)
+    if n == 0:
+        return NAN, NAN, NAN, NAN
+    mean = float(v.mean())
+    if n < 2:
+        return mean, NAN, NAN, NAN
+    std = float(v.std())
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * std / math.sqrt(n)
+    return mean, std, mean - half, mean + half
+
+
+def delta_ci(base: pd.Series, other: pd.Series, paired: bool, relative: bool) -> tuple[float, float, float]:
+    """Point estimate and 95% CI of ``other - base`` (series indexed by repeat).
+
+    Paired: per-repeat differences (relative: 100*(other_i/base_i - 1)) with a t-interval.
+    Welch: difference of means with Welch's t-interval (relative: divided by the baseline mean).
+    """
+    base, other = base.dropna(), other.dropna()
+    if paired:
+        common = base.index.intersection(other.index)
+        b, o = base[common], other[common]
+        d = 100 * (o / b - 1) if relative else o - b
+        mean, _, lo, hi = mean_ci(d)
+        return mean, lo, hi
+    if base.empty or other.empty:
+        return NAN, NAN, NAN
+    scale = 100 / base.mean() if relative else 1.0
+    diff = other.mean() - base.mean()
+    if len(base) < 2 or len(other) < 2:
+        return diff * scale, NAN, NAN
+    vb, vo = base.var() / len(base), other.var() / len(other)
+    se = math.sqrt(vb + vo)
+    dof = (vb + vo) ** 2 / (vb**2 / (len(base) - 1) + vo**2 / (len(other) - 1)) if se > 0 else 1.0
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, dof) * se
+    return diff * scale, (diff - half) * scale, (diff + half) * scale
+
+
+def verdict(
+    point: float, lo: float, hi: float, words: tuple[str, str], no_data: str = "n/a (no data)"
+) -> str:
+    """words[0] when the CI lies above 0, words[1] when below, else no significant difference."""
+    if math.isnan(point):
+        return no_data
+    if math.isnan(lo) or math.isnan(hi):
+        return "n/a (<2 repeats)"
+    if lo > 0:
+        return words[0]
+    if hi < 0:
+        return words[1]
+    return "no significant difference"
+
+
+def _first(s: pd.Series) -> Any:
+    s = s.dropna()
+    return s.iloc[0] if len(s) else None
+
+
+def join_unique(s: pd.Series) -> str | None:
+    """The distinct non-null values, in order of appearance, joined by ", " (None when there are none)."""
+    vals = [str(v) for v in dict.fromkeys(s.dropna())]
+    return ", ".join(vals) or None
+
+
+def _by_repeat(ok: pd.DataFrame, col: str) -> pd.Series:
+    return ok.drop_duplicates("repeat", keep="last").set_index("repeat")[col]
+
+
+def _deltas(base_ok: pd.DataFrame, ok: pd.DataFrame) -> dict[str, Any]:
+    """Columns comparing one arm's ok runs with the baseline's ok runs of the same cell."""
+    if ok.empty:
+        return {"verdict_speed": "n/a (no ok runs)", "verdict_memory": "n/a (no ok runs)"}
+    if base_ok.empty:
+        return {"verdict_speed": "n/a (no ok baseline)", "verdict_memory": "n/a (no ok baseline)"}
+    paired = set(base_ok["repeat"]) == set(ok["repeat"])
+    sps = delta_ci(_by_repeat(base_ok, "samples_per_s"), _by_repeat(ok, "samples_per_s"), paired, True)
+    vram = delta_ci(_by_repeat(base_ok, "peak_vram_gib"), _by_repeat(ok, "peak_vram_gib"), paired, False)
+    base_vram = base_ok["peak_vram_gib"].mean()
+    return {
+        "delta_samples_per_s_pct": sps[0],
+        "delta_samples_per_s_pct_ci95_low": sps[1],
+        "delta_samples_per_s_pct_ci95_high": sps[2],
+        "delta_peak_vram_gib": vram[0],
+        "delta_peak_vram_gib_ci95_low": vram[1],
+        "delta_peak_vram_gib_ci95_high": vram[2],
+        "delta_peak_vram_pct": 100 * vram[0] / base_vram if base_vram > 0 else NAN,
+        "delta_torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean()
+        - base_ok["torch_peak_allocated_gib"].mean(),
+        "verdict_speed": verdict(*sps, words=("faster", "slower"), no_data="n/a (no throughput data)"),
+        "verdict_memory": verdict(*vram, words=("heavier", "leaner"), no_data="n/a (no VRAM data)"),
+        "ci_method": "paired-t" if paired else "welch-t",
+    }
+
+
+def summary_table(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """summary.csv: one row per (cell_id, arm), statistics over its ok runs, deltas vs baseline.
+
+    Arms with no ok run keep a row (n_ok = 0, NaN statistics) so a skipped arm stays visible.
+    """
+    df = runs_df.reindex(columns=RUNS_COLUMNS)
+    ok_all = df[df["status"] == "ok"]
+    cells = list(dict.fromkeys(df["cell_id"]))
+    rows = []
+    for (cell_id, arm), g in df.groupby(["cell_id", "arm"], sort=False, dropna=False):
+        ok = g[g["status"] == "ok"]
+        sps = mean_ci(ok["samples_per_s"])
+        sps_step = mean_ci(ok["s_per_step_mean"])
+        prov = ok if len(ok) else g
+        row = {
+            "cell_id": cell_id,
+            **{c: _first(g[c]) for c in CELL_COLUMNS},
+            "arm": arm,
+            "n_runs": len(g),
+            "n_ok": len(ok),
+            "samples_per_s_mean": sps[0],
+            "samples_per_s_std": sps[1],
+            "samples_per_s_ci95_low": sps[2],
+            "samples_per_s_ci95_high": sps[3],
+            "tokens_per_s_mean": ok["tokens_per_s"].mean(),
+            "s_per_step_mean": sps_step[0],
+            "s_per_step_median": ok["s_per_step_median"].median(),
+            "s_per_step_ci95_low": sps_step[2],
+            "s_per_step_ci95_high": sps_step[3],
+            "peak_vram_gib": ok["peak_vram_gib"].mean(),
+            "peak_vram_gib_max": ok["peak_vram_gib"].max(),
+            "torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean(),
+            "torch_peak_reserved_gib": ok["torch_peak_reserved_gib"].mean(),
+            "mfu_mean": ok["mfu"].mean(),
+            "loss_last_mean": ok["loss_last"].mean(),
+            **{c: join_unique(prov[c]) for c in SUMMARY_PROVENANCE_COLUMNS},
+        }
+        if arm != BASELINE_ARM:
+            base_ok = ok_all[(ok_all["cell_id"] == cell_id) & (ok_all["arm"] == BASELINE_ARM)]
+            row.update(_deltas(base_ok, ok))
+        rows.append(row)
+    out = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
+    if out.empty:
+        return out
+    order = out["cell_id"].map({c: i for i, c in enumerate(cells)})
+    out = out.assign(_c=order, _a=out["arm"] != BASELINE_ARM).sort_values(["_c", "_a", "arm"], kind="stable")
+    return out.drop(columns=["_c", "_a"]).reset_index(drop=True)
+
+
+def _arm_pairs(records: list[RunRecord]) -> dict[tuple[Any, Any], dict[str, RunRecord]]:
+    pairs: dict[tuple[Any, Any], dict[str, RunRecord]] = {}
+    for r in records:
+        pairs.setdefault((r.cell_id, r.repeat), {})[str(r.arm)] = r
+    return pairs
+
+
+def _parity_row(base: RunRecord, liger: RunRecord, default_tolerance: float) -> dict[str, Any] | None:
+    j = base.metrics[["step", "loss"]].merge(
+        liger.metrics[["step", "loss"]], on="step", suffixes=("_baseline", "_liger")
+    )
+    if j.empty:
+        return None
+    delta = (j["loss_liger"] - j["loss_baseline"]).abs()
+    tol = _num(base.cell.get("loss_tolerance", liger.cell.get("loss_tolerance")), default_tolerance)
+    last = j.iloc[-1]
+    last_delta = float(delta.iloc[-1])
+    return {
+        "cell_id": base.cell_id,
+        **{c: base.cell.get(c) for c in ("profile", "mode", "batch_size", "seq_len", "gpus")},
+        "repeat": base.repeat,
+        "steps_compared": len(j),
+        "max_abs_delta": delta.max(skipna=False),
+        "max_abs_delta_step": j.loc[delta.idxmax(), "step"] if delta.notna().any() else NAN,
+        "last_step": last["step"],
+        "last_step_abs_delta": last_delta,
+        "loss_last_baseline": last["loss_baseline"],
+        "loss_last_liger": last["loss_liger"],
+        "tolerance": tol,
+        "criterion": PARITY_CRITERION,
+        "passed": bool(last_delta <= tol),
+    }
+
+
+def loss_parity_table(records: list[RunRecord], default_tolerance: float = 1e-2) -> pd.DataFrame:
+    """loss_parity.csv: per cell and repeat where both arms logged losses, step-by-step |Δ loss|.
+
+    max_abs_delta is over every common step (warm-up included); pass/fail is PARITY_CRITERION.
+    Repeats missing a counterpart get no row; see loss_parity_gaps.
+    """
+    rows = []
+    for arms in _arm_pairs(records).values():
+        if BASELINE_ARM in arms and LIGER_ARM in arms:
+            row = _parity_row(arms[BASELINE_ARM], arms[LIGER_ARM], default_tolerance)
+            if row is not None:
+                rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=LOSS_PARITY_COLUMNS)
+
+
+def loss_parity_gaps(records: list[RunRecord]) -> list[str]:
+    """One line per (cell, repeat) with no loss-parity row, saying why."""
+    gaps = []
+    for (cell_id, repeat), arms in _arm_pairs(records).items():
+        where = f"{cell_id} repeat {repeat}"
+        missing = [a for a in (BASELINE_ARM, LIGER_ARM) if a not in arms]
+        if missing:
+            gaps.append(f"{where}: no {' / '.join(missing)} run")
+            continue
+        empty = [a for a in (BASELINE_ARM, LIGER_ARM) if arms[a].metrics["loss"].dropna().empty]
+        if empty:
+            why = "; ".join(
+                f"{a} has no losses (status {arms[a].status}: {arms[a].reason or '-'})" for a in empty
+            )
+            gaps.append(f"{where}: {why}")
+        elif _parity_row(arms[BASELINE_ARM], arms[LIGER_ARM], NAN) is None:
+            gaps.append(f"{where}: the arms share no logged step")
+    return gaps
+
+
+def vram_per_card_table(records: list[RunRecord]) -> pd.DataFrame:
+    """vram_per_card.csv: one row per (run, card) from each run's vram.json, idle cards included."""
+    frames = [
+        vram_devices(r.vram).assign(run_id=r.run_id, cell_id=r.cell_id, arm=r.arm, repeat=r.repeat)
+        for r in records
+    ]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=VRAM_PER_CARD_COLUMNS)
+    return pd.concat(frames, ignore_index=True).reindex(columns=VRAM_PER_CARD_COLUMNS)

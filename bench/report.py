@@ -1,0 +1,288 @@
+"""Build a sweep's results: runs.csv, summary.csv, loss_parity.csv, vram_per_card.csv, four PNGs
+and report.md, every file written atomically into the sweep directory.
+
+The CSV column lists (RUNS_COLUMNS, SUMMARY_COLUMNS, LOSS_PARITY_COLUMNS, VRAM_PER_CARD_COLUMNS)
+are defined in bench.aggregate and re-exported here.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench import plots
+from bench.aggregate import (
+    BASELINE_ARM,
+    LOSS_PARITY_COLUMNS,
+    PARITY_CRITERION,
+    RUNS_COLUMNS,
+    SUMMARY_COLUMNS,
+    VRAM_PER_CARD_COLUMNS,
+    RunRecord,
+    join_unique,
+    load_runs,
+    loss_parity_gaps,
+    loss_parity_table,
+    runs_table,
+    summary_table,
+    vram_per_card_table,
+)
+from bench.fileio import atomic_write_text, read_json
+
+__all__ = [
+    "CSV_FLOAT_FORMAT",
+    "LOSS_PARITY_COLUMNS",
+    "MAIN_TABLE_HEADER",
+    "RUNS_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "VRAM_PER_CARD_COLUMNS",
+    "build_report",
+    "write_csv",
+]
+
+CSV_FLOAT_FORMAT = "%.6g"  # rounding happens here only, at write time
+MAIN_TABLE_HEADER = [
+    "profile", "mode", "batch", "seq", "arm", "samples/s", "s/step", "peak VRAM (GiB, polled)",
+    "torch peak alloc (GiB)", "loss @ last step", "Δ samples/s (95% CI)", "Δ peak VRAM (95% CI)", "verdict",
+]  # fmt: skip
+PARITY_TABLE_HEADER = [
+    "profile", "mode", "batch", "seq", "repeat", "steps compared", "max |Δ loss| (step)",
+    "|Δ loss| @ last step", "loss baseline", "loss liger", "tolerance", "result",
+]  # fmt: skip
+PLOT_FILES = {
+    "throughput.png": "Throughput (samples/s, 95% CI)",
+    "vram_per_card.png": "Peak VRAM per card",
+    "loss_curves.png": "Loss curves",
+    "step_time_dist.png": "Steady-state step times",
+}
+
+
+def write_csv(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a table atomically, floats to 6 significant digits."""
+    atomic_write_text(path, df.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    return Path(path)
+
+
+def build_report(sweep_dir: str | Path) -> dict[str, Any]:
+    """Aggregate ``sweep_dir`` and write its CSVs, plots and report.md.
+
+    Returns {"paths": {file name: Path}, "runs", "summary", "loss_parity", "vram_per_card": DataFrames}.
+    Raises ValueError when the directory is missing or holds no runs.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise ValueError(f"{sweep_dir}: no such sweep directory")
+    records = load_runs(sweep_dir)
+    if not records:
+        raise ValueError(f"{sweep_dir}: no run directories under {sweep_dir / 'runs'}")
+    sweep = read_json(sweep_dir / "sweep.json") or {}
+    tables = {
+        "runs": runs_table(records),
+        "loss_parity": loss_parity_table(records),
+        "vram_per_card": vram_per_card_table(records),
+    }
+    tables["summary"] = summary_table(tables["runs"])
+    paths = {f"{name}.csv": write_csv(df, sweep_dir / f"{name}.csv") for name, df in tables.items()}
+    paths["throughput.png"] = plots.plot_throughput(tables["summary"], sweep_dir / "throughput.png")
+    paths["vram_per_card.png"] = plots.plot_vram_per_card(
+        tables["vram_per_card"], sweep_dir / "vram_per_card.png"
+    )
+    paths["loss_curves.png"] = plots.plot_loss_curves(records, sweep_dir / "loss_curves.png")
+    paths["step_time_dist.png"] = plots.plot_step_time_dist(records, sweep_dir / "step_time_dist.png")
+    text = render_markdown(sweep, sweep_dir, records, tables)
+    atomic_write_text(sweep_dir / "report.md", text)
+    paths["report.md"] = sweep_dir / "report.md"
+    return {"paths": paths, **tables}
+
+
+# --- formatting --------------------------------------------------------------------------------
+
+
+def _num(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _isnan(x: Any) -> bool:
+    return math.isnan(_num(x))
+
+
+def _f(x: Any, spec: str) -> str:
+    """A number formatted with ``spec``, or an em dash when missing."""
+    return "—" if _isnan(x) else format(float(x), spec)
+
+
+def _int(x: Any) -> str:
+    return "—" if _isnan(x) else str(int(float(x)))
+
+
+def _md(x: Any) -> str:
+    """Text safe inside a Markdown table cell."""
+    return (
+        "—"
+        if x is None or (isinstance(x, float) and math.isnan(x))
+        else str(x).replace("|", "\\|").replace("\n", " ")
+    )
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    head = "| " + " | ".join(h.replace("|", "\\|") for h in header) + " |"
+    return [head, "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _delta_cell(point: Any, lo: Any, hi: Any, spec: str, unit: str, extra: str = "") -> str:
+    """``+10.2% [+8.1, +12.3]``: a point estimate with its CI when there is one."""
+    if _isnan(point):
+        return "—"
+    text = f"{_f(point, spec)}{unit}{extra}"
+    return text if _isnan(lo) else f"{text} [{_f(lo, spec)}, {_f(hi, spec)}]"
+
+
+def _not_run_reasons(runs: pd.DataFrame, cell_id: Any, arm: Any) -> str:
+    g = runs[(runs["cell_id"] == cell_id) & (runs["arm"] == arm) & (runs["status"] != "ok")]
+    reasons = dict.fromkeys(
+        f"{r.status}: {r.reason if pd.notna(r.reason) else 'no reason recorded'}" for r in g.itertuples()
+    )
+    return f"no ok run ({'; '.join(reasons)})" if reasons else "no ok run"
+
+
+def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """The seeds'-style table: one row per (cell, arm)."""
+    rows = []
+    for r in summary.itertuples():
+        if r.arm == BASELINE_ARM:
+            d_sps, d_vram, verdict = "—", "—", "baseline"
+        else:
+            d_sps = _delta_cell(
+                r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low, r.delta_samples_per_s_pct_ci95_high,
+                "+.1f", "%",
+            )  # fmt: skip
+            d_vram = _delta_cell(
+                r.delta_peak_vram_gib, r.delta_peak_vram_gib_ci95_low, r.delta_peak_vram_gib_ci95_high,
+                "+.2f", " GiB", f" ({_f(r.delta_peak_vram_pct, '+.1f')}%)",
+            )  # fmt: skip
+            verdict = f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
+        if r.n_ok == 0:
+            verdict = _not_run_reasons(runs, r.cell_id, r.arm)
+        rows.append(
+            [
+                _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _md(r.arm),
+                _f(r.samples_per_s_mean, ".2f"), _f(r.s_per_step_mean, ".3f"), _f(r.peak_vram_gib, ".2f"),
+                _f(r.torch_peak_allocated_gib, ".2f"), _f(r.loss_last_mean, ".4f"), d_sps, d_vram, _md(verdict),
+            ]
+        )  # fmt: skip
+    return _table(MAIN_TABLE_HEADER, rows)
+
+
+def parity_table(parity: pd.DataFrame) -> list[str]:
+    rows = [
+        [
+            _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _int(r.repeat), _int(r.steps_compared),
+            f"{_f(r.max_abs_delta, '.2e')} ({_int(r.max_abs_delta_step)})", _f(r.last_step_abs_delta, ".2e"),
+            _f(r.loss_last_baseline, ".4f"), _f(r.loss_last_liger, ".4f"), _f(r.tolerance, "g"),
+            "pass" if r.passed else "FAIL",
+        ]
+        for r in parity.itertuples()
+    ]  # fmt: skip
+    return _table(PARITY_TABLE_HEADER, rows)
+
+
+def _provenance(sweep: dict, runs: pd.DataFrame) -> list[str]:
+    ok = runs[runs["status"] == "ok"]
+    src = ok if len(ok) else runs
+
+    def val(col: str) -> str:
+        return join_unique(src[col]) or "unknown"
+
+    command = sweep.get("command") or sweep.get("argv")
+    if isinstance(command, list):
+        command = shlex.join(str(c) for c in command)
+    gpus = join_unique(src["gpu_name"])
+    gpu_text = f"{gpus} × {val('gpu_count')}" if gpus else "none (CPU)"
+    return [
+        f"- **Host:** {_md(val('hostname'))}",
+        f"- **GPUs:** {_md(gpu_text)}; driver {_md(val('driver_version'))}",
+        f"- **Versions:** torch {val('torch_version')}, triton {val('triton_version')}, "
+        f"transformers {val('transformers_version')}, liger-kernel {val('liger_version')}",
+        f"- **Git commit:** {val('git_commit')}",
+        f"- **Config:** {sweep.get('config_path') or 'unknown'}",
+        f"- **Command:** `{command or 'unknown (no sweep.json)'}`",
+    ]
+
+
+def _method(sweep: dict, records: list[RunRecord], runs: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+    steps = join_unique(pd.Series([r.cell.get("steps") for r in records], dtype=object)) or "?"
+    warmup = join_unique(runs["warmup_steps"].astype("Int64")) or "0"
+    repeats = runs["repeat"].nunique() or "?"
+    first_cell = records[0].cell_id
+    seq = [f"{r.arm} r{r.repeat}" for r in records if r.cell_id == first_cell]
+    order = ", ".join(seq[:8]) + (", …" if len(seq) > 8 else "")
+    mode, seed = sweep.get("order_mode"), sweep.get("order_seed")
+    order_text = f"run order of the first cell: {order}"
+    order_text += "".join(f"; order {k} {v}" for k, v in (("mode", mode), ("seed", seed)) if v is not None)
+    vrams = [r.vram for r in records if r.vram and r.vram.get("status") == "ok"]
+    if vrams:
+        ms = join_unique(pd.Series([f"{1000 * _num(v.get('interval_s')):g}" for v in vrams]))
+        backend = join_unique(pd.Series([v.get("backend") for v in vrams], dtype=object))
+        poll = f"Peak VRAM polled on every card every {ms} ms ({backend}); the busiest card is shown"
+    else:
+        poll = "Peak VRAM not polled (CPU run or poller unavailable)"
+    methods = join_unique(summary["ci_method"]) or "none"
+    return [
+        f"**Method.** {steps} optimizer steps per run, the first {warmup} dropped as warm-up; samples/s = total "
+        f"samples ÷ total steady-state step time; {repeats} repeat(s) per arm, arms interleaved ({order_text}).",
+        "",
+        f"{poll}. Δ vs baseline: 95% Student-t CI over repeats, paired-t (per-repeat "
+        "differences of back-to-back runs) when both arms finished the same repeats, welch-t otherwise "
+        f"(used here: {methods}); a verdict is significant when the CI excludes 0.",
+    ]
+
+
+def render_markdown(
+    sweep: dict, sweep_dir: Path, records: list[RunRecord], tables: dict[str, pd.DataFrame]
+) -> str:
+    """report.md: provenance, method, main table, loss parity, runs not ok, plots."""
+    runs, summary, parity = tables["runs"], tables["summary"], tables["loss_parity"]
+    lines = [f"# Benchmark report: {sweep.get('name') or sweep_dir.name}", "", "## Provenance", ""]
+    lines += _provenance(sweep, runs) + [""]
+    lines += _method(sweep, records, runs, summary) + ["", "## Results", ""]
+    lines += main_table(summary, runs)
+    lines += ["", "Means over ok runs; Δ columns are the arm vs the baseline arm of the same cell.", ""]
+    lines += ["## Loss parity", ""]
+    if len(parity):
+        lines += parity_table(parity)
+        lines += [
+            "",
+            f"Criterion: `{PARITY_CRITERION}`; max |Δ loss| is over every common step, warm-up included.",
+        ]
+    else:
+        lines += ["No (cell, repeat) has losses from both arms."]
+    gaps = loss_parity_gaps(records)
+    if gaps:
+        lines += ["", "Not compared:", *(f"- {_md(g)}" for g in gaps)]
+    lines += ["", "## Runs that did not finish ok", ""]
+    bad = runs[runs["status"] != "ok"]
+    if len(bad):
+        lines += _table(
+            ["run", "status", "reason", "note"],
+            [[_md(r.run_id), _md(r.status), _md(r.reason), _md(r.note)] for r in bad.itertuples()],
+        )
+    else:
+        lines += [f"All {len(runs)} runs finished ok."]
+    noted = runs[(runs["status"] == "ok") & runs["note"].notna()]
+    if len(noted):
+        lines += ["", "Notes on ok runs:", *(f"- {_md(r.run_id)}: {_md(r.note)}" for r in noted.itertuples())]
+    lines += ["", "## Plots", ""]
+    lines += [f"![{title}]({name})" for name, title in PLOT_FILES.items()]
+    lines += [
+        "",
+        "Data: runs.csv, summary.csv, loss_parity.csv, vram_per_card.csv (columns: see the README).",
+        "",
+    ]
+    return "\n".join(lines)

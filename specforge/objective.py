@@ -1,0 +1,121 @@
+"""DFlash anchors, block labels and the decayed cross-entropy objective.
+
+The LM head is large (vocab 152k-248k), so logits are never materialised for all N*B
+positions: only *scored* positions go through the head, in chunks, and each chunk's
+gradient w.r.t. the hidden states is computed right away (a fused linear cross-entropy).
+The backward pass then only scales the stored gradient: no logits are recomputed and no
+chunk's logits outlive its loop iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+OBJECTIVE = "fused linear-CE over scored positions only, {chunk} positions per chunk, grad in forward"
+
+
+@dataclass
+class Blocks:
+    anchors: torch.Tensor  # [b, N] long, sorted; 0 where padded
+    keep: torch.Tensor  # [b, N] bool
+    noise_ids: torch.Tensor  # [b, N*B]: anchor token then MASK ids
+    labels: torch.Tensor  # [b, N*B] long (0 where unscored)
+    weights: torch.Tensor  # [b, N*B] float32, 0 where unscored
+
+
+def sample_anchors(loss_mask: torch.Tensor, num_anchors: int, generator: torch.Generator):
+    """Up to N distinct positions p with loss_mask[p] and loss_mask[p+1], uniformly, sorted.
+
+    Returns (anchors [b, N] long, keep [b, N] bool); samples with fewer valid positions get
+    fewer blocks, padded with keep=False.
+    """
+    b, s = loss_mask.shape
+    valid = loss_mask[:, :-1].bool() & loss_mask[:, 1:].bool()  # p + 1 < S
+    keys = torch.rand(valid.shape, generator=generator, device=loss_mask.device)
+    keys = keys.masked_fill(~valid, 2.0)
+    k = min(num_anchors, s - 1)
+    picked_keys, picked = keys.topk(k, dim=-1, largest=False)
+    picked = torch.where(picked_keys < 2.0, picked, torch.full_like(picked, s))
+    anchors = picked.sort(dim=-1).values
+    if k < num_anchors:
+        anchors = torch.nn.functional.pad(anchors, (0, num_anchors - k), value=s)
+    keep = anchors < s
+    return torch.where(keep, anchors, torch.zeros_like(anchors)), keep
+
+
+def make_blocks(input_ids, loss_mask, anchors, keep, block_size: int, mask_token_id: int, gamma: float) -> Blocks:
+    b, s = input_ids.shape
+    offsets = torch.arange(block_size, device=input_ids.device)
+    pos = anchors[:, :, None] + offsets  # [b, N, B]
+    in_range = pos < s
+    pos_c = pos.clamp(max=s - 1)
+    scored = keep[:, :, None] & in_range & (offsets >= 1) & loss_mask.bool().gather(1, pos_c.flatten(1)).view_as(pos)
+    labels = input_ids.gather(1, pos_c.flatten(1)).view_as(pos)
+    decay = torch.exp(-(offsets.float() - 1.0) / gamma)  # w_k = exp(-(k-1)/gamma)
+    weights = torch.where(scored, decay, torch.zeros((), device=input_ids.device))
+    noise = torch.full_like(pos, mask_token_id)
+    noise[:, :, 0] = input_ids.gather(1, anchors)
+    return Blocks(
+        anchors=anchors,
+        keep=keep,
+        noise_ids=noise.flatten(1),
+        labels=torch.where(scored, labels, torch.zeros_like(labels)).flatten(1),
+        weights=weights.flatten(1),
+    )
+
+
+class _LinearCE(torch.autograd.Function):
+    """sum_i w_i * CE(h_i @ W^T, y_i) with W frozen; gradient w.r.t. h computed in forward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, w, chunk: int):
+        n = hidden.shape[0]
+        loss = torch.zeros((), device=hidden.device, dtype=torch.float32)
+        correct = torch.zeros((), device=hidden.device, dtype=torch.int64)
+        grad = torch.empty_like(hidden) if hidden.requires_grad else None
+        for start in range(0, n, chunk):
+            end = min(start + chunk, n)
+            logits = (hidden[start:end] @ weight.T).float()
+            y = labels[start:end]
+            lse = torch.logsumexp(logits, dim=-1)
+            target = logits.gather(1, y[:, None]).squeeze(1)
+            loss += (w[start:end] * (lse - target)).sum()
+            correct += (logits.argmax(dim=-1) == y).sum()
+            if grad is not None:
+                probs = logits.sub_(lse[:, None]).exp_()  # softmax, in place
+                probs[torch.arange(end - start, device=probs.device), y] -= 1.0
+                probs.mul_(w[start:end, None])
+                grad[start:end] = probs.to(hidden.dtype) @ weight
+            del logits
+        ctx.save_for_backward(grad)
+        ctx.mark_non_differentiable(correct)
+        return loss, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_correct):
+        (grad,) = ctx.saved_tensors
+        return grad * grad_loss.to(grad.dtype), None, None, None, None
+
+
+def decayed_ce(hidden: torch.Tensor, lm_head: torch.Tensor, blocks: Blocks, chunk: int):
+    """Loss = sum(w*CE)/sum(w) over scored positions; also accuracy and the scored count.
+
+    hidden [b, N*B, H]; lm_head [V, H] (frozen).
+    """
+    sel = blocks.weights.flatten() > 0
+    h = hidden.flatten(0, 1)[sel]
+    w = blocks.weights.flatten()[sel]
+    y = blocks.labels.flatten()[sel]
+    n = int(w.numel())
+    if n == 0:
+        zero = hidden.sum() * 0.0
+        return zero, zero.detach(), 0
+    loss, correct = _LinearCE.apply(h, lm_head, y, w / w.sum(), chunk)
+    return loss, correct.float() / n, n
+
+
+def expected_initial_loss(vocab_size: int) -> float:
+    return math.log(vocab_size)

@@ -1,0 +1,68 @@
+"""Where a run ran: host, devices, driver and library versions, git commit."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=12"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else v
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML here (CPU or AMD machine): not an error
+        return None
+
+
+def collect() -> dict:
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "gpu_names": gpus,
+        "gpu_count": len(gpus),
+        "driver_version": _driver_version() if gpus and not torch.version.hip else None,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "rocm_version": torch.version.hip,
+        "torch": torch.__version__,
+        "triton": _version("triton") or _version("pytorch-triton-rocm"),
+        "transformers": _version("transformers"),
+        "liger_kernel": _version("liger-kernel"),
+        "git_commit": _git_commit(),
+    }

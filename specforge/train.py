@@ -1,0 +1,329 @@
+"""The DFlash training loop (single device, or FSDP2 under torchrun).
+
+Precision: the draft holds bf16 parameters and computes in bf16 (no autocast); the
+optimizer keeps fp32 master weights, fp32 gradients accumulated over micro-batches, and
+AdamW state, then copies the updated masters back into the bf16 parameters.
+
+Determinism across arms: weights come from a seeded init that does not depend on module
+classes; data order from a seeded sampler; anchors from a generator re-seeded for every
+micro-batch from (seed, micro-batch index, rank). So the baseline and Liger arms see the
+same weights, data and anchors, and their losses can be compared step by step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from . import data as data_mod
+from . import flops, objective, provenance
+from . import target as target_mod
+from .config import ConfigError, Profile, TrainConfig
+from .draft import DFlashDraft
+from .liger import liger_patch, liger_version
+from .runfiles import RunFiles
+
+GIB = 2**30
+EXIT_OOM = 3
+
+
+@dataclass
+class Env:
+    device: torch.device
+    rank: int
+    world: int
+    local_rank: int
+
+
+def resolve_env(cfg: TrainConfig) -> Env:
+    """Pick the device and check the config can run here (before anything is written)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    want = cfg.training.device
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("training.device: cuda requested but no CUDA or ROCm GPU is visible")
+    use_cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if device.type == "cpu":
+        if cfg.model.use_liger_kernel:
+            raise ConfigError("model.use_liger_kernel: Liger's Triton kernels need a CUDA or ROCm GPU; none here")
+        if cfg.model.attention_backend == "flex_attention":
+            raise ConfigError("model.attention_backend: flex_attention has no backward on the CPU; use sdpa")
+    return Env(device=device, rank=rank, world=world, local_rank=local_rank)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up then cosine decay to min_lr_ratio * lr (step is 0-based)."""
+    tr = cfg.training
+    if step < tr.lr_warmup_steps:
+        return tr.lr * (step + 1) / tr.lr_warmup_steps
+    span = max(1, tr.steps - tr.lr_warmup_steps)
+    progress = min(1.0, (step - tr.lr_warmup_steps) / span)
+    return tr.lr * (tr.min_lr_ratio + (1 - tr.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def param_checksum(model: torch.nn.Module) -> str:
+    """A cheap fingerprint of the initial weights (equal across arms when init is equal)."""
+    total = torch.zeros((), dtype=torch.float64, device=next(model.parameters()).device)
+    for i, (_, p) in enumerate(sorted(model.named_parameters())):
+        total += (i + 1) * p.detach().double().abs().sum() + p.detach().double().sum()
+    return f"{total.item():.12e}"
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, profile: Profile, env: Env):
+        self.cfg, self.profile, self.env = cfg, profile, env
+        self.dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+        self.target = None
+        self.arch_t, self.arch_d = profile.target, profile.draft
+        max_pos = cfg.data.seq_len + profile.draft.block_size + 1
+        seed = cfg.training.seed
+        if cfg.mode == "online":
+            self.target = target_mod.build_target(self.arch_t, cfg.target, env.device, self.dtype, seed, max_pos)
+            self.head = target_mod.head_of(self.target)
+        else:
+            embed, lm_head = data_mod.load_head(cfg.data.cache_dir, env.device)
+            self.head = target_mod.FrozenHead(embed.to(self.dtype), lm_head.to(self.dtype))
+        with liger_patch(cfg.model.use_liger_kernel, cfg.model.liger_scope), torch.device(env.device):
+            draft = DFlashDraft(profile.draft, len(self.arch_t.capture_layer_ids), self.arch_t.hidden_size, max_pos)
+        draft.to(self.dtype)
+        draft.init_weights(seed)
+        self.checksum = param_checksum(draft)
+        self.module_types = sorted({type(m).__name__ for m in draft.modules()})
+        if env.world > 1:
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+            mp = MixedPrecisionPolicy(reduce_dtype=torch.float32)
+            for layer in draft.layers:
+                fully_shard(layer, mp_policy=mp)
+            fully_shard(draft, mp_policy=mp)
+        self.draft = draft
+        self.params = [p for p in draft.parameters() if p.requires_grad]
+        self.masters = [p.detach().float() for p in self.params]
+        for m in self.masters:
+            m.grad = torch.zeros_like(m)
+        fused = env.device.type == "cuda"
+        self.opt = torch.optim.AdamW(
+            self.masters,
+            lr=cfg.training.lr,
+            betas=(0.9, 0.95),
+            weight_decay=cfg.training.weight_decay,
+            fused=fused,
+            foreach=None if fused else True,
+        )
+        self.loader = self._make_loader()
+        self.anchor_gen = torch.Generator(device=env.device)
+
+    def _make_loader(self):
+        cfg, env = self.cfg, self.env
+        if self.cfg.mode == "offline":
+            feat = len(self.arch_t.capture_layer_ids) * self.arch_t.hidden_size
+            ds = data_mod.CacheDataset(cfg.data.cache_dir, cfg.data.seq_len, feat)
+        else:
+            ds = data_mod.TokenDataset(cfg.data, self.profile)
+        return data_mod.make_loader(
+            ds,
+            cfg.training.batch_size,
+            cfg.data.seed,
+            cfg.data.num_workers,
+            env.rank,
+            env.world,
+            pin=env.device.type == "cuda",
+        )
+
+    def sync(self) -> None:
+        if self.env.device.type == "cuda":
+            torch.cuda.synchronize(self.env.device)
+
+    def micro_step(self, batch: dict, micro_index: int):
+        """Forward + backward of one micro-batch; returns (loss, accuracy, counts) as tensors."""
+        cfg, dev = self.cfg, self.env.device
+        ids = batch["input_ids"].to(dev, non_blocking=True).long()
+        lmask = batch["loss_mask"].to(dev, non_blocking=True)
+        if self.target is not None:
+            hidden = target_mod.capture_hidden(self.target, ids, self.arch_t.capture_layer_ids)
+        else:
+            hidden = batch["hidden_states"].to(dev, non_blocking=True).to(self.dtype)
+        self.anchor_gen.manual_seed(cfg.training.seed * 1_000_003 + micro_index * self.env.world + self.env.rank)
+        anchors, keep = objective.sample_anchors(lmask, cfg.training.num_anchors, self.anchor_gen)
+        blocks = objective.make_blocks(
+            ids, lmask, anchors, keep, self.arch_d.block_size, self.arch_d.mask_token_id, cfg.training.loss_decay_gamma
+        )
+        out = self.draft(hidden, self.head.embed_tokens(blocks.noise_ids), anchors, keep, cfg.model.attention_backend)
+        loss, acc, scored = objective.decayed_ce(out, self.head.lm_head, blocks, cfg.model.loss_chunk_size)
+        (loss / cfg.training.accumulation_steps).backward()
+        for p, m in zip(self.params, self.masters):
+            if p.grad is not None:
+                m.grad.add_(p.grad)
+                p.grad = None
+        eff = torch.where(keep, anchors, torch.zeros_like(anchors))
+        pairs = (keep * (eff + self.arch_d.block_size)).sum() * self.arch_d.block_size
+        counts = torch.stack([keep.sum().double(), torch.tensor(float(scored), device=dev).double(), pairs.double()])
+        return loss.detach(), acc.detach(), counts
+
+    def optimizer_step(self, step: int) -> float:
+        tr = self.cfg.training
+        if tr.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self.masters, tr.max_grad_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm([m.grad for m in self.masters])
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        lr = lr_at(step, self.cfg)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.opt.step()
+        with torch.no_grad():
+            for p, m in zip(self.params, self.masters):
+                p.copy_(m)
+                m.grad.zero_()
+        return norm
+
+    def step_flops(self, counts: torch.Tensor) -> float:
+        """Model FLOPs of one optimizer step, from this rank's block counts, over all ranks."""
+        blocks, scored, pairs = counts.tolist()
+        s, n = self.cfg.data.seq_len, self.cfg.training.batch_size * self.cfg.training.accumulation_steps
+        per_rank = flops.draft_flops(self.profile, s, blocks / n, scored / n, pairs / n) * n
+        if self.target is not None:
+            per_rank += flops.target_flops(self.profile, s) * n
+        return per_rank * self.env.world
+
+
+def _reduce(t: torch.Tensor, op) -> torch.Tensor:
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t, op=op)
+    return t
+
+
+def _peak_memory(device: torch.device) -> tuple[float, float]:
+    if device.type != "cuda":
+        return 0.0, 0.0
+    return torch.cuda.max_memory_allocated(device) / GIB, torch.cuda.max_memory_reserved(device) / GIB
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}"[:500]
+
+
+def run(cfg: TrainConfig, profile: Profile, out_dir: Path) -> int:
+    """Train, writing the run contract's files into out_dir. Returns the process exit code."""
+    env = resolve_env(cfg)
+    if cfg.mode == "offline":
+        if not cfg.data.cache_dir:
+            raise ConfigError("data.cache_dir: offline mode needs a prepared cache (python -m specforge prepare)")
+        data_mod.read_cache_meta(Path(cfg.data.cache_dir))
+    if env.world > 1 and not dist.is_initialized():
+        if env.device.type == "cuda":
+            torch.cuda.set_device(env.device)
+        dist.init_process_group(backend="nccl" if env.device.type == "cuda" else "gloo")
+    files = RunFiles(out_dir, enabled=env.rank == 0)
+    arm = "liger" if cfg.model.use_liger_kernel else "baseline"
+    prov = provenance.collect()
+    peak = cfg.training.peak_tflops or flops.peak_tflops(prov["gpu_names"][0] if prov["gpu_names"] else None)
+    files.start(
+        {
+            "arm": arm,
+            "world_size": env.world,
+            "config": cfg.to_dict(),
+            "profile": {"name": profile.name},
+            "liger": {
+                "enabled": cfg.model.use_liger_kernel,
+                "scope": cfg.model.liger_scope,
+                "version": liger_version(),
+            },
+            "objective": objective.OBJECTIVE.format(chunk=cfg.model.loss_chunk_size),
+            "precision": f"{cfg.model.dtype} params and compute; fp32 master weights, grads and AdamW state",
+            "peak_tflops": peak,
+            "provenance": prov,
+        }
+    )
+    try:
+        return _train(cfg, profile, env, files, peak)
+    except torch.OutOfMemoryError as e:
+        files.finish("oom", _one_line(e))
+        print(f"out of memory: {_one_line(e)}", file=sys.stderr, flush=True)
+        return EXIT_OOM
+    except KeyboardInterrupt:
+        files.finish("error", "interrupted")
+        return 130
+    except Exception as e:
+        files.finish("error", _one_line(e))
+        traceback.print_exc()
+        return 1
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+
+def _train(cfg: TrainConfig, profile: Profile, env: Env, files: RunFiles, peak: float | None) -> int:
+    tr = cfg.training
+    t_start = time.perf_counter()
+    torch.manual_seed(tr.seed)
+    trainer = Trainer(cfg, profile, env)
+    files.update(param_checksum=trainer.checksum, draft_module_types=trainer.module_types)
+    log = print if env.rank == 0 else (lambda *a, **k: None)
+    log(
+        f"[specforge] {profile.name} {cfg.mode} arm={'liger' if cfg.model.use_liger_kernel else 'baseline'} "
+        f"device={env.device} world={env.world} backend={cfg.model.attention_backend} "
+        f"setup {time.perf_counter() - t_start:.1f}s",
+        flush=True,
+    )
+    samples = tr.batch_size * tr.accumulation_steps * env.world
+    flops_sum, flops_n = 0.0, 0
+    for step in range(tr.steps):
+        trainer.sync()
+        t0 = time.perf_counter()
+        losses, accs = [], []
+        counts = torch.zeros(3, dtype=torch.float64, device=env.device)
+        for micro in range(tr.accumulation_steps):
+            loss, acc, c = trainer.micro_step(next(trainer.loader), step * tr.accumulation_steps + micro)
+            losses.append(loss)
+            accs.append(acc)
+            counts += c
+        grad_norm = trainer.optimizer_step(step)
+        trainer.sync()
+        dt = time.perf_counter() - t0
+        stats = torch.stack([torch.stack(losses).mean().float(), torch.stack(accs).mean().float()])
+        stats = _reduce(stats, dist.ReduceOp.SUM) / env.world
+        alloc, reserved = _peak_memory(env.device)
+        mem = _reduce(torch.tensor([alloc, reserved], device=env.device), dist.ReduceOp.MAX)
+        step_flops = trainer.step_flops(counts)
+        flops_sum, flops_n = flops_sum + step_flops, flops_n + 1
+        row = {
+            "step": step + 1,
+            "loss": stats[0].item(),
+            "accuracy": stats[1].item(),
+            "step_time_s": dt,
+            "samples": samples,
+            "tokens": samples * cfg.data.seq_len,
+            "samples_per_s": samples / dt,
+            "tokens_per_s": samples * cfg.data.seq_len / dt,
+            "lr": lr_at(step, cfg),
+            "grad_norm": float(grad_norm),
+            "torch_peak_allocated_gib": mem[0].item(),
+            "torch_peak_reserved_gib": mem[1].item(),
+            "model_tflops": step_flops / 1e12,
+            "mfu": step_flops / dt / (peak * 1e12 * env.world) if peak else None,
+        }
+        files.step(row)
+        if (step + 1) % tr.log_every == 0 or step + 1 == tr.steps:
+            mfu = f" | mfu {row['mfu'] * 100:.1f}%" if row["mfu"] is not None else ""
+            log(
+                f"step {step + 1}/{tr.steps} | loss {row['loss']:.4f} | acc {row['accuracy']:.3f} | "
+                f"{dt:.3f} s/step | {row['samples_per_s']:.2f} samples/s | "
+                f"mem {row['torch_peak_allocated_gib']:.2f}/{row['torch_peak_reserved_gib']:.2f} GiB{mfu}",
+                flush=True,
+            )
+    files.finish("ok", None, model_flops_per_step=flops_sum / max(1, flops_n))
+    return 0

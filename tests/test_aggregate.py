@@ -1,0 +1,286 @@
+"""bench.aggregate on hand-made sweep directories with known answers."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from bench.aggregate import (
+    LOSS_PARITY_COLUMNS,
+    RUNS_COLUMNS,
+    SUMMARY_COLUMNS,
+    VRAM_PER_CARD_COLUMNS,
+    load_runs,
+    loss_parity_gaps,
+    loss_parity_table,
+    runs_table,
+    summary_table,
+    vram_per_card_table,
+)
+
+CELL = "p_offline_bs2_s64"
+
+
+def write_run(
+    sweep: Path,
+    arm: str = "baseline",
+    repeat: int = 0,
+    times: list[float] | None = None,
+    *,
+    cell_id: str = CELL,
+    samples: list[float] | None = None,
+    losses: list[float] | None = None,
+    warmup: int = 0,
+    status: str | None = "ok",
+    reason: str | None = None,
+    vram: dict | None = None,
+    tolerance: float = 0.01,
+    torn: bool = False,
+) -> Path:
+    """One run directory; status None leaves run.json out, times None leaves metrics.jsonl out."""
+    run_id = f"{cell_id}_{arm}_r{repeat}"
+    d = sweep / "runs" / run_id
+    d.mkdir(parents=True)
+    cell = {
+        "run_id": run_id, "cell_id": cell_id, "profile": "p", "mode": "offline", "batch_size": 2,
+        "seq_len": 64, "accumulation_steps": 1, "num_anchors": 8, "gpus": 1, "nodes": 1, "arm": arm,
+        "repeat": repeat, "order_index": 2 * repeat + (arm != "baseline"), "steps": len(times or []),
+        "warmup_steps": warmup, "loss_tolerance": tolerance,
+    }  # fmt: skip
+    (d / "cell.json").write_text(json.dumps(cell))
+    if status is not None:
+        prov = {"hostname": "h", "gpu_names": [], "gpu_count": 0, "torch": "2.13.0", "git_commit": "abc"}
+        run = {"status": status, "reason": reason, "arm": arm, "start_time": "t0", "end_time": "t1"}
+        (d / "run.json").write_text(json.dumps({**run, "provenance": prov}))
+    if times is not None:
+        n = len(times)
+        samples = samples or [2.0] * n
+        losses = losses or [10.0 - i * 0.1 for i in range(n)]
+        lines = [
+            json.dumps(
+                {
+                    "step": i + 1, "loss": losses[i], "accuracy": 0.01 * i, "step_time_s": t,
+                    "samples": samples[i], "tokens": samples[i] * 64, "samples_per_s": samples[i] / t,
+                    "torch_peak_allocated_gib": 1.0 + i, "torch_peak_reserved_gib": 2.0 + i, "mfu": None,
+                }
+            )
+            for i, t in enumerate(times)
+        ]  # fmt: skip
+        text = "\n".join(lines) + "\n" + ('{"step": 99, "loss": 1.' if torn else "")
+        (d / "metrics.jsonl").write_text(text)
+    if vram is not None:
+        (d / "vram.json").write_text(json.dumps(vram))
+    return d
+
+
+def one_run(tmp_path: Path, **kw) -> pd.Series:
+    write_run(tmp_path, **kw)
+    return runs_table(load_runs(tmp_path)).iloc[0]
+
+
+def test_warmup_is_dropped_and_step_time_stats(tmp_path):
+    steady = [float(t) for t in range(1, 11)]
+    row = one_run(tmp_path, times=[100.0] * 5 + steady, warmup=5)
+    assert list(runs_table(load_runs(tmp_path)).columns) == RUNS_COLUMNS
+    assert (row.steps_total, row.warmup_steps, row.steps_measured) == (15, 5, 10)
+    assert row.s_per_step_mean == pytest.approx(5.5)
+    assert row.s_per_step_median == pytest.approx(5.5)
+    assert row.s_per_step_std == pytest.approx(np.std(steady, ddof=1))
+    assert row.s_per_step_p10 == pytest.approx(np.percentile(steady, 10))
+    assert row.s_per_step_p90 == pytest.approx(np.percentile(steady, 90))
+    assert row.samples_per_s == pytest.approx(20 / 55)
+    assert row.status == "ok" and pd.isna(row.note)
+
+
+def test_throughput_is_total_work_over_total_time(tmp_path):
+    # 10 samples in 1 s, then 10 samples in 9 s: 20/10 = 2.0/s, while the mean of ratios is 5.56/s.
+    row = one_run(tmp_path, times=[1.0, 9.0], samples=[10.0, 10.0])
+    assert row.samples_per_s == pytest.approx(2.0)
+    assert row.tokens_per_s == pytest.approx(2.0 * 64)
+    assert np.mean([10 / 1, 10 / 9]) == pytest.approx(5.5556, abs=1e-3)
+
+
+def test_peaks_and_last_step_values(tmp_path):
+    row = one_run(tmp_path, times=[1.0] * 4, losses=[4.0, 3.0, 2.5, 2.25])
+    assert row.torch_peak_allocated_gib == 4.0 and row.torch_peak_reserved_gib == 5.0
+    assert row.loss_last == 2.25 and row.accuracy_last == pytest.approx(0.03)
+    assert math.isnan(row.mfu)
+
+
+def test_vram_summary_and_per_card_rows(tmp_path):
+    vram = {
+        "backend": "nvml", "status": "ok", "reason": None, "interval_s": 0.1, "n_samples": 10, "errors": 0,
+        "devices": [
+            {"index": 0, "name": "H200", "total_gib": 140, "baseline_used_gib": 1.0, "peak_used_gib": 30.0},
+            {"index": 1, "name": "H200", "total_gib": 140, "baseline_used_gib": 0.5, "peak_used_gib": 0.5,
+             "peak_delta_gib": 0.0},
+            {"index": 2, "name": "H200", "total_gib": 140, "baseline_used_gib": 2.0, "peak_used_gib": 20.0},
+        ],
+    }  # fmt: skip
+    row = one_run(tmp_path, times=[1.0] * 3, vram=vram)
+    assert row.peak_vram_gib == 30.0
+    assert row.peak_vram_sum_gib == pytest.approx(50.5)
+    assert row.peak_vram_delta_gib == pytest.approx(29.0)
+    assert row.vram_status == "ok"
+    cards = vram_per_card_table(load_runs(tmp_path))
+    assert list(cards.columns) == VRAM_PER_CARD_COLUMNS
+    assert cards["card_index"].tolist() == [0, 1, 2]  # the idle card is kept
+    assert cards["peak_delta_gib"].tolist() == pytest.approx([29.0, 0.0, 18.0])
+
+
+def test_no_vram_file_is_missing_not_an_error(tmp_path):
+    row = one_run(tmp_path, times=[1.0] * 3)
+    assert row.vram_status == "missing" and math.isnan(row.peak_vram_gib)
+    assert vram_per_card_table(load_runs(tmp_path)).empty
+
+
+def test_too_few_steady_steps_are_flagged_not_measured(tmp_path):
+    row = one_run(tmp_path, times=[5.0] * 5 + [1.0], warmup=5)
+    assert row.status == "ok" and row.steps_measured == 1
+    assert "only 1 steady-state step" in row.note
+    assert math.isnan(row.samples_per_s) and math.isnan(row.s_per_step_mean)
+    assert row.loss_last == pytest.approx(9.5)
+
+
+def test_torn_last_metrics_line_is_tolerated(tmp_path):
+    row = one_run(tmp_path, times=[1.0, 2.0, 3.0], torn=True)
+    assert row.steps_total == 3 and row.samples_per_s == pytest.approx(1.0)
+
+
+def test_failed_skipped_timeout_and_missing_runs_keep_a_row(tmp_path):
+    write_run(tmp_path, "baseline", 0, [1.0] * 4)
+    write_run(tmp_path, "baseline", 1, [0.1] * 2, status="oom", reason="CUDA out of memory")
+    write_run(tmp_path, "liger", 0, None, status="skipped", reason="liger arm skipped: no GPU")
+    write_run(tmp_path, "liger", 1, [1.0] * 2, status="timeout", reason="killed after 600 s")
+    write_run(tmp_path, "liger", 2, None, status=None)
+    runs = runs_table(load_runs(tmp_path)).set_index("run_id")
+    assert len(runs) == 5
+    assert runs.loc[f"{CELL}_baseline_r1", ["status", "reason"]].tolist() == ["oom", "CUDA out of memory"]
+    assert runs.loc[f"{CELL}_liger_r0", "reason"] == "liger arm skipped: no GPU"
+    assert runs.loc[f"{CELL}_liger_r1", "status"] == "timeout"
+    assert runs.loc[f"{CELL}_liger_r2", "status"] == "missing"
+    assert "run.json missing" in runs.loc[f"{CELL}_liger_r2", "reason"]
+    failed = runs[runs["status"] != "ok"]
+    assert failed[["samples_per_s", "s_per_step_mean", "loss_last"]].isna().all().all()
+    assert runs.loc[f"{CELL}_baseline_r1", "steps_total"] == 2  # how far it got is kept
+
+    summary = summary_table(runs.reset_index()).set_index("arm")
+    assert summary.loc["baseline", ["n_runs", "n_ok"]].tolist() == [2, 1]
+    assert summary.loc["baseline", "samples_per_s_mean"] == pytest.approx(2.0)  # the oom run's 20/s is out
+    assert summary.loc["liger", ["n_runs", "n_ok"]].tolist() == [3, 0]
+    assert summary.loc["liger", "verdict_speed"] == "n/a (no ok runs)"
+
+
+# --- summary statistics, built from runs tables directly ---------------------------------------
+
+
+def runs_df(base: list[float], liger: list[float], base_vram=None, liger_vram=None, liger_repeats=None):
+    rows = []
+    for arm, values, vram, repeats in (
+        ("baseline", base, base_vram, None),
+        ("liger", liger, liger_vram, liger_repeats),
+    ):
+        for i, v in enumerate(values):
+            rep = repeats[i] if repeats else i
+            rows.append(
+                {
+                    "run_id": f"{CELL}_{arm}_r{rep}", "cell_id": CELL, "profile": "p", "mode": "offline",
+                    "batch_size": 2, "seq_len": 64, "gpus": 1, "arm": arm, "repeat": rep, "status": "ok",
+                    "samples_per_s": v, "s_per_step_mean": 2 / v, "s_per_step_median": 2 / v,
+                    "peak_vram_gib": vram[i] if vram else np.nan, "torch_peak_allocated_gib": 1.0,
+                    "hostname": "h", "git_commit": "abc",
+                }
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def deltas(summary: pd.DataFrame) -> pd.Series:
+    return summary.set_index("arm").loc["liger"]
+
+
+def test_summary_columns_and_repeat_ci():
+    s = summary_table(runs_df([10.0, 11.0, 12.0], [10.0, 11.0, 12.0]))
+    assert list(s.columns) == SUMMARY_COLUMNS
+    assert s["arm"].tolist() == ["baseline", "liger"]
+    base = s.iloc[0]
+    lo, hi = stats.t.interval(0.95, 2, loc=11.0, scale=1.0 / math.sqrt(3))
+    assert (base.samples_per_s_mean, base.samples_per_s_std) == pytest.approx((11.0, 1.0))
+    assert (base.samples_per_s_ci95_low, base.samples_per_s_ci95_high) == pytest.approx((lo, hi))
+    assert pd.isna(base.delta_samples_per_s_pct) and pd.isna(base.verdict_speed)
+    assert base.hostname == "h" and base.git_commit == "abc"
+
+
+def test_paired_ci_matches_scipy():
+    base, liger = [10.0, 11.0, 12.0], [11.0, 12.2, 13.1]
+    row = deltas(summary_table(runs_df(base, liger)))
+    d = 100 * (np.array(liger) / np.array(base) - 1)
+    ci = stats.ttest_1samp(d, 0).confidence_interval(0.95)
+    assert row.ci_method == "paired-t"
+    assert row.delta_samples_per_s_pct == pytest.approx(d.mean())
+    assert (row.delta_samples_per_s_pct_ci95_low, row.delta_samples_per_s_pct_ci95_high) == pytest.approx(ci)
+    assert row.verdict_speed == "faster"
+
+
+def test_welch_fallback_when_repeats_do_not_pair():
+    base, liger = [10.0, 11.0, 12.0], [13.0, 14.5]
+    row = deltas(summary_table(runs_df(base, liger, liger_repeats=[0, 2])))
+    ci = stats.ttest_ind(liger, base, equal_var=False).confidence_interval(0.95)
+    assert row.ci_method == "welch-t"
+    assert row.delta_samples_per_s_pct == pytest.approx(100 * (np.mean(liger) / 11.0 - 1))
+    expected = (100 * ci.low / 11.0, 100 * ci.high / 11.0)
+    assert (row.delta_samples_per_s_pct_ci95_low, row.delta_samples_per_s_pct_ci95_high) == pytest.approx(
+        expected
+    )
+
+
+def test_verdicts():
+    same = deltas(summary_table(runs_df([10.0, 11.0, 12.0], [10.0, 11.0, 12.0], [30, 31, 30], [30, 31, 30])))
+    assert same.delta_samples_per_s_pct == 0.0
+    assert same.verdict_speed == "no significant difference"
+    assert same.verdict_memory == "no significant difference"
+
+    fast = deltas(
+        summary_table(runs_df([10.0, 10.1, 9.9], [12.0, 12.2, 11.9], [35.4, 35.3, 35.4], [30.2, 30.2, 30.1]))
+    )
+    assert fast.verdict_speed == "faster" and fast.verdict_memory == "leaner"
+    assert fast.delta_peak_vram_gib == pytest.approx(-5.2, abs=1e-9)
+    assert fast.delta_peak_vram_pct == pytest.approx(100 * -5.2 / np.mean([35.4, 35.3, 35.4]))
+
+    slow = deltas(summary_table(runs_df([10.0, 10.1, 9.9], [8.0, 8.2, 7.9])))
+    assert slow.verdict_speed == "slower"
+    assert slow.verdict_memory == "n/a (no VRAM data)"
+
+    single = deltas(summary_table(runs_df([10.0], [12.0])))
+    assert single.delta_samples_per_s_pct == pytest.approx(20.0)
+    assert single.verdict_speed == "n/a (<2 repeats)"
+
+
+# --- loss parity --------------------------------------------------------------------------------
+
+
+def test_loss_parity_max_last_and_pass_fail(tmp_path):
+    base = [5.0, 4.0, 3.0, 2.0]
+    write_run(tmp_path, "baseline", 0, [1.0] * 4, losses=base)
+    write_run(tmp_path, "liger", 0, [1.0] * 4, losses=[5.0, 4.05, 3.0, 2.001])
+    write_run(tmp_path, "baseline", 1, [1.0] * 4, losses=base)
+    write_run(tmp_path, "liger", 1, [1.0] * 3, losses=[5.0, 4.0, 3.02])  # shorter: steps 1..3 compared
+    write_run(tmp_path, "baseline", 2, [1.0] * 4, losses=base)  # no liger counterpart
+    records = load_runs(tmp_path)
+    parity = loss_parity_table(records).set_index("repeat")
+    assert list(loss_parity_table(records).columns) == LOSS_PARITY_COLUMNS
+    assert sorted(parity.index) == [0, 1]
+    r0, r1 = parity.loc[0], parity.loc[1]
+    assert r0.steps_compared == 4 and r0.max_abs_delta == pytest.approx(0.05) and r0.max_abs_delta_step == 2
+    assert r0.last_step == 4 and r0.last_step_abs_delta == pytest.approx(0.001)
+    assert (r0.loss_last_baseline, r0.loss_last_liger) == (2.0, 2.001)
+    assert r0.tolerance == 0.01 and bool(r0.passed) and "last_step" in r0.criterion
+    assert r1.steps_compared == 3 and r1.last_step == 3 and r1.last_step_abs_delta == pytest.approx(0.02)
+    assert not bool(r1.passed)
+    gaps = loss_parity_gaps(records)
+    assert gaps == [f"{CELL} repeat 2: no liger run"]

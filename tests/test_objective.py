@@ -1,0 +1,84 @@
+"""Anchors respect the loss mask; labels and weights follow the DFlash rule; the fused
+linear cross-entropy equals a plain one in value and gradient."""
+
+import math
+
+import torch
+
+from specforge.objective import _LinearCE, decayed_ce, make_blocks, sample_anchors
+
+
+def test_anchors_respect_loss_mask_and_are_sorted_distinct():
+    gen = torch.Generator().manual_seed(0)
+    s = 64
+    mask = torch.zeros(3, s, dtype=torch.uint8)
+    mask[0, 10:50] = 1
+    mask[1, 30:34] = 1  # only 3 valid anchor positions
+    mask[2, ::2] = 1  # no p with mask[p] and mask[p+1]
+    anchors, keep = sample_anchors(mask, 8, gen)
+    assert anchors.shape == (3, 8)
+    a0 = anchors[0][keep[0]]
+    assert len(a0) == 8 and len(set(a0.tolist())) == 8 and torch.all(a0[1:] > a0[:-1])
+    assert all(mask[0, p] and mask[0, p + 1] for p in a0.tolist())
+    assert sorted(anchors[1][keep[1]].tolist()) == [30, 31, 32] and keep[1].sum() == 3
+    assert keep[2].sum() == 0
+
+
+def test_anchors_deterministic_per_seed():
+    mask = torch.ones(2, 128, dtype=torch.uint8)
+    a1, _ = sample_anchors(mask, 16, torch.Generator().manual_seed(7))
+    a2, _ = sample_anchors(mask, 16, torch.Generator().manual_seed(7))
+    a3, _ = sample_anchors(mask, 16, torch.Generator().manual_seed(8))
+    assert torch.equal(a1, a2) and not torch.equal(a1, a3)
+
+
+def test_blocks_labels_and_weights():
+    ids = torch.arange(100, 120)[None]  # S = 20
+    mask = torch.ones(1, 20, dtype=torch.uint8)
+    mask[0, 17] = 0
+    anchors, keep = torch.tensor([[2, 15]]), torch.tensor([[True, True]])
+    blk = make_blocks(ids, mask, anchors, keep, block_size=4, mask_token_id=999, gamma=7.0)
+    assert blk.noise_ids.tolist() == [[102, 999, 999, 999, 115, 999, 999, 999]]
+    assert blk.labels[0, 1:4].tolist() == [103, 104, 105]
+    w = blk.weights[0]
+    assert w[0] == 0 and w[4] == 0  # k = 0 (the given token) is not scored
+    assert torch.allclose(w[1:4], torch.tensor([1.0, math.exp(-1 / 7), math.exp(-2 / 7)]))
+    assert w[5] > 0 and w[6] == 0 and w[7] > 0  # position 17 has loss_mask 0
+    late = make_blocks(ids, mask, torch.tensor([[18]]), torch.tensor([[True]]), 4, 999, 7.0)
+    assert late.weights[0].tolist()[2:] == [0.0, 0.0]  # labels past the end are not scored
+    padded = make_blocks(ids, mask, torch.tensor([[0]]), torch.tensor([[False]]), 4, 999, 7.0)
+    assert padded.weights.sum() == 0
+
+
+def test_fused_linear_ce_matches_plain_ce():
+    gen = torch.Generator().manual_seed(0)
+    n, h, v = 37, 16, 50
+    hidden = torch.randn(n, h, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(v, h, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, v, (n,), generator=gen)
+    w = torch.rand(n, generator=gen, dtype=torch.float64)
+    w = w / w.sum()
+    loss, correct = _LinearCE.apply(hidden, weight, labels, w, 8)  # several chunks
+    loss.backward()
+    ref_h = hidden.detach().clone().requires_grad_(True)
+    logits = ref_h @ weight.T
+    ref = (w * torch.nn.functional.cross_entropy(logits, labels, reduction="none")).sum()
+    ref.backward()
+    torch.testing.assert_close(loss.double(), ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(hidden.grad, ref_h.grad, rtol=1e-5, atol=1e-6)  # logits in fp32
+    assert int(correct) == int((logits.argmax(-1) == labels).sum())
+
+
+def test_decayed_ce_only_scored_positions():
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 30, (2, 24), generator=gen)
+    mask = torch.ones(2, 24, dtype=torch.uint8)
+    anchors, keep = sample_anchors(mask, 3, gen)
+    blk = make_blocks(ids, mask, anchors, keep, 4, 31, 7.0)
+    hidden = torch.randn(2, 12, 8, generator=gen, dtype=torch.float64)
+    head = torch.randn(32, 8, generator=gen, dtype=torch.float64)
+    loss, acc, n = decayed_ce(hidden, head, blk, chunk=5)
+    w = blk.weights.flatten().double()
+    ce = torch.nn.functional.cross_entropy(hidden.flatten(0, 1) @ head.T, blk.labels.flatten(), reduction="none")
+    torch.testing.assert_close(loss.double(), (w * ce).sum() / w.sum())
+    assert n == int((w > 0).sum()) and 0.0 <= float(acc) <= 1.0

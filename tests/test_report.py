@@ -1,0 +1,166 @@
+"""bench.report.build_report (and the plots it draws) on a hand-made sweep directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench import plots
+from bench.report import (
+    LOSS_PARITY_COLUMNS,
+    MAIN_TABLE_HEADER,
+    RUNS_COLUMNS,
+    SUMMARY_COLUMNS,
+    VRAM_PER_CARD_COLUMNS,
+    build_report,
+)
+
+GPU_CELL = "p_offline_bs2_s64"
+CPU_CELL = "p_online_bs1_s32"
+SKIP_REASON = "liger arm skipped: Liger's Triton kernels need a GPU"
+
+
+def write_run(sweep: Path, cell_id: str, arm: str, repeat: int, step_time: float | None, **kw) -> None:
+    """A run directory: ``step_time`` None writes no metrics; kw: status, reason, vram, order_index."""
+    run_id = f"{cell_id}_{arm}_r{repeat}"
+    d = sweep / "runs" / run_id
+    d.mkdir(parents=True)
+    bs, seq = (2, 64) if cell_id == GPU_CELL else (1, 32)
+    cell = {
+        "run_id": run_id, "cell_id": cell_id, "profile": "p", "mode": cell_id.split("_")[1], "batch_size": bs,
+        "seq_len": seq, "accumulation_steps": 2, "num_anchors": 8, "gpus": 1, "arm": arm, "repeat": repeat,
+        "order_index": kw.get("order_index", 0), "steps": 8, "warmup_steps": 3, "loss_tolerance": 0.01,
+    }  # fmt: skip
+    (d / "cell.json").write_text(json.dumps(cell))
+    prov = {"hostname": "node7", "gpu_names": ["NVIDIA H200"] * 2, "gpu_count": 2, "driver_version": "550.1",
+            "torch": "2.13.0", "triton": "3.5", "transformers": "5.1", "liger_kernel": "0.6.2",
+            "git_commit": "deadbee"}  # fmt: skip
+    run = {"status": kw.get("status", "ok"), "reason": kw.get("reason"), "arm": arm, "provenance": prov}
+    (d / "run.json").write_text(json.dumps(run))
+    if step_time is not None:
+        rows = [
+            {"step": i, "loss": 7.0 - 0.1 * i, "accuracy": 0.1, "step_time_s": 9.0 if i <= 3 else step_time,
+             "samples": 4, "tokens": 4 * seq, "torch_peak_allocated_gib": 3.0, "torch_peak_reserved_gib": 4.0}
+            for i in range(1, 9)
+        ]  # fmt: skip
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if "vram" in kw:
+        (d / "vram.json").write_text(json.dumps(kw["vram"]))
+
+
+def vram(peak: float) -> dict:
+    cards = [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "total_gib": 140.0,
+            "baseline_used_gib": 0.5,
+            "peak_used_gib": peak,
+        },
+        {
+            "index": 1,
+            "name": "NVIDIA H200",
+            "total_gib": 140.0,
+            "baseline_used_gib": 0.5,
+            "peak_used_gib": 0.5,
+        },
+    ]
+    return {
+        "backend": "nvml",
+        "status": "ok",
+        "interval_s": 0.1,
+        "n_samples": 50,
+        "errors": 0,
+        "devices": cards,
+    }
+
+
+CPU_VRAM = {"backend": "none", "status": "unavailable", "reason": "no GPU", "interval_s": 0.1, "devices": []}
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    for rep in (0, 1):  # interleaved A B A B; liger is 25% faster and 5 GiB leaner
+        write_run(tmp_path, GPU_CELL, "baseline", rep, 0.4, order_index=2 * rep, vram=vram(35.0))
+        write_run(tmp_path, GPU_CELL, "liger", rep, 0.32, order_index=2 * rep + 1, vram=vram(30.0))
+    write_run(tmp_path, CPU_CELL, "baseline", 0, 0.5, order_index=4, vram=CPU_VRAM)
+    write_run(tmp_path, CPU_CELL, "liger", 0, None, order_index=5, status="skipped", reason=SKIP_REASON)
+    write_run(tmp_path, CPU_CELL, "baseline", 1, 0.5, order_index=6, status="timeout", reason="hung | killed")
+    sweep_json = {"name": "h200-test", "config_path": "configs/h200.yaml", "order_mode": "interleaved",
+                  "order_seed": 7, "command": ["python", "-m", "bench", "sweep", "configs/h200.yaml"]}  # fmt: skip
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep_json))
+    return tmp_path
+
+
+def test_build_report_writes_every_file(sweep):
+    out = build_report(sweep)
+    names = ["runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "throughput.png",
+             "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "report.md"]  # fmt: skip
+    assert sorted(out["paths"]) == sorted(names)
+    for name in names:
+        assert (sweep / name).is_file() and out["paths"][name] == sweep / name
+    for name in names:
+        if name.endswith(".png"):
+            assert (sweep / name).read_bytes().startswith(b"\x89PNG")
+    assert not list(sweep.glob(".*.tmp"))
+    for name, cols in (("runs.csv", RUNS_COLUMNS), ("summary.csv", SUMMARY_COLUMNS),
+                       ("loss_parity.csv", LOSS_PARITY_COLUMNS), ("vram_per_card.csv", VRAM_PER_CARD_COLUMNS)):  # fmt: skip
+        assert list(pd.read_csv(sweep / name).columns) == cols
+    runs = pd.read_csv(sweep / "runs.csv")
+    assert len(runs) == 7 and sorted(runs["status"].unique()) == ["ok", "skipped", "timeout"]
+    summary = out["summary"].set_index(["cell_id", "arm"])
+    liger = summary.loc[(GPU_CELL, "liger")]
+    assert liger.delta_samples_per_s_pct == pytest.approx(25.0)
+    assert liger.verdict_speed == "faster" and liger.verdict_memory == "leaner"
+    assert summary.loc[(CPU_CELL, "baseline"), "n_ok"] == 1
+
+
+def test_report_md_reads_like_the_seeds(sweep):
+    build_report(sweep)
+    md = (sweep / "report.md").read_text()
+    assert md.startswith("# Benchmark report: h200-test")
+    assert "| " + " | ".join(MAIN_TABLE_HEADER) + " |" in md
+    assert "`python -m bench sweep configs/h200.yaml`" in md
+    assert "node7" in md and "NVIDIA H200 × 2" in md and "deadbee" in md and "liger-kernel 0.6.2" in md
+    assert "first 3 dropped as warm-up" in md and "every 100 ms" in md and "order seed 7" in md
+    # baseline 4 samples / 0.4 s = 10.00/s; liger 12.50/s, +25.0%, 5 GiB leaner (-14.3%)
+    assert "| 10.00 | 0.400 | 35.00 | 3.00 | 6.2000 |" in md
+    assert "+25.0% [+25.0, +25.0]" in md and "-5.00 GiB (-14.3%)" in md
+    assert "speed: faster; memory: leaner" in md
+    assert SKIP_REASON in md and "hung \\| killed" in md  # reasons shown, pipes escaped
+    assert "## Loss parity" in md and "pass" in md
+    assert f"{CPU_CELL} repeat 0: liger has no losses (status skipped" in md
+    for png in ("throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png"):
+        assert f"]({png})" in md
+
+
+def test_report_without_sweep_json_or_vram(tmp_path):
+    write_run(tmp_path, CPU_CELL, "baseline", 0, 0.5)
+    write_run(tmp_path, CPU_CELL, "liger", 0, None, status="skipped", reason=SKIP_REASON)
+    out = build_report(tmp_path)
+    md = out["paths"]["report.md"].read_text()
+    assert md.startswith(f"# Benchmark report: {tmp_path.name}") and "Peak VRAM not polled" in md
+    assert out["paths"]["vram_per_card.png"].read_bytes().startswith(b"\x89PNG")
+    assert out["loss_parity"].empty and out["vram_per_card"].empty
+
+
+def test_build_report_rejects_a_missing_or_empty_sweep(tmp_path):
+    with pytest.raises(ValueError, match="no such sweep directory"):
+        build_report(tmp_path / "nope")
+    with pytest.raises(ValueError, match="no run directories"):
+        build_report(tmp_path)
+
+
+def test_plots_survive_empty_and_nan_inputs(tmp_path):
+    empty_summary = pd.DataFrame(columns=SUMMARY_COLUMNS)
+    empty_vram = pd.DataFrame(columns=VRAM_PER_CARD_COLUMNS)
+    for path in (
+        plots.plot_throughput(empty_summary, tmp_path / "t.png"),
+        plots.plot_vram_per_card(empty_vram, tmp_path / "v.png"),
+        plots.plot_loss_curves([], tmp_path / "l.png"),
+        plots.plot_step_time_dist([], tmp_path / "s.png"),
+    ):
+        assert path.read_bytes().startswith(b"\x89PNG")

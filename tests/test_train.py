@@ -1,0 +1,89 @@
+"""The real trainer, end to end on the CPU with the tiny profile."""
+
+import json
+
+import pytest
+import torch
+
+from tests.helpers import CONFIGS, run_cli
+
+OFFLINE = str(CONFIGS / "train/tiny-offline.yaml")
+ONLINE = str(CONFIGS / "train/tiny-online.yaml")
+METRIC_KEYS = {
+    "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s", "lr",
+    "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu",
+}
+
+
+def train(out, *sets, config=OFFLINE, cache=None):
+    args = ["specforge", "train", config, "--output-dir", str(out)]
+    if cache is not None:
+        args += ["--set", f"data.cache_dir={cache}"]
+    for s in sets:
+        args += ["--set", s]
+    return run_cli(*args)
+
+
+def metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_offline_trains_and_loss_falls(tmp_path, tiny_cache):
+    r = train(tmp_path / "a", cache=tiny_cache)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = metrics(tmp_path / "a")
+    assert [row["step"] for row in rows] == list(range(1, 31))
+    assert METRIC_KEYS <= set(rows[0])
+    first = sum(row["loss"] for row in rows[:5]) / 5
+    last = sum(row["loss"] for row in rows[-5:]) / 5
+    assert last < first - 0.5, (first, last)
+    assert rows[0]["samples"] == 4 and rows[0]["tokens"] == 4 * 128
+    run = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert run["status"] == "ok" and run["reason"] is None and run["arm"] == "baseline"
+    assert run["config"]["training"]["steps"] == 30 and run["world_size"] == 1
+    assert run["liger"] == {"enabled": False, "scope": "draft", "version": run["provenance"]["liger_kernel"]}
+    assert run["provenance"]["torch"] == torch.__version__ and "hostname" in run["provenance"]
+    assert "fused linear-CE" in run["objective"] and run["model_flops_per_step"] > 0
+    assert "step 30/30 | loss" in r.stdout
+
+
+def test_same_seed_same_losses_different_seed_differs(tmp_path, tiny_cache):
+    for name, seed in (("a", 42), ("b", 42), ("c", 7)):
+        r = train(tmp_path / name, "training.steps=6", f"training.seed={seed}", cache=tiny_cache)
+        assert r.returncode == 0, r.stderr[-2000:]
+    a, b, c = (metrics(tmp_path / n) for n in "abc")
+    assert [x["loss"] for x in a] == [x["loss"] for x in b]
+    assert [x["loss"] for x in a] != [x["loss"] for x in c]
+    ra, rb = (json.loads((tmp_path / n / "run.json").read_text()) for n in "ab")
+    assert ra["param_checksum"] == rb["param_checksum"]
+
+
+def test_online_with_target_in_the_loop(tmp_path):
+    r = train(tmp_path / "on", "training.steps=4", config=ONLINE)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = metrics(tmp_path / "on")
+    assert len(rows) == 4 and all(row["loss"] > 0 for row in rows)
+
+
+def test_existing_run_not_overwritten(tmp_path, tiny_cache):
+    out = tmp_path / "run"
+    assert train(out, "training.steps=2", cache=tiny_cache).returncode == 0
+    before = (out / "metrics.jsonl").read_text()
+    r = train(out, "training.steps=2", cache=tiny_cache)
+    assert r.returncode == 2 and "already holds a run" in r.stderr
+    assert (out / "metrics.jsonl").read_text() == before
+
+
+@pytest.mark.slow
+def test_fsdp2_two_processes_on_gloo(tmp_path, tiny_cache):
+    out = tmp_path / "fsdp"
+    r = run_cli(
+        "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29531",
+        "-m", "specforge", "train", OFFLINE, "--output-dir", str(out),
+        "--set", f"data.cache_dir={tiny_cache}", "--set", "training.steps=4",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = metrics(out)
+    assert len(rows) == 4 and rows[0]["samples"] == 2 * 2 * 2  # batch x accumulation x world
+    run = json.loads((out / "run.json").read_text())
+    assert run["world_size"] == 2 and run["status"] == "ok"
