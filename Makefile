@@ -5,7 +5,10 @@ SHELL := /bin/bash
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PYTHON := $(BIN)/python
+# To use an environment you already have (e.g. a GPU box's own torch), skip the venv:
+#   make bench-h200 INSTALL= PYTHON=python3
+PYTHON ?= $(BIN)/python
+INSTALL ?= install
 # Extras installed into the venv; bench-mi355x adds rocm.
 EXTRAS ?= dev,liger,nvidia
 # CPU machines get the local CPU build of torch; a machine that already has torch keeps it.
@@ -21,12 +24,12 @@ OUT ?=
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@test -x $(PYTHON) || $(PY) -m venv --system-site-packages $(VENV)
-	@$(PYTHON) -c "import torch" 2>/dev/null || $(BIN)/pip install -q '$(TORCH_CPU)'
+	@test -x $(BIN)/python || $(PY) -m venv --system-site-packages $(VENV)
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q '$(TORCH_CPU)'
 	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
 	@touch $@
 
-test: install
+test: $(INSTALL)
 	$(PYTHON) -m pytest -q tests
 
 lint: install
@@ -36,24 +39,24 @@ format: install
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
 
 # Pick the sweep config from the detected hardware (A100, H100/H200, MI300X/MI355X, none -> CPU).
-bench: install
+bench: $(INSTALL)
 	$(PYTHON) -m bench sweep $$($(PYTHON) -m bench detect) $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
-bench-cpu: install
+bench-cpu: $(INSTALL)
 	$(PYTHON) -m bench sweep configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
-bench-a100: install
+bench-a100: $(INSTALL)
 	$(PYTHON) -m bench sweep configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
-bench-h200: install
+bench-h200: $(INSTALL)
 	$(PYTHON) -m bench sweep configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
 bench-mi355x:
-	$(MAKE) install EXTRAS=dev,liger,rocm
+	$(if $(INSTALL),$(MAKE) install EXTRAS=dev,liger,rocm)
 	$(PYTHON) -m bench sweep configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
 # make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir]
-compare: install
+compare: $(INSTALL)
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=path/to/summary.csv B=path/to/summary.csv [OUT=dir]" >&2; exit 2; }
 	$(PYTHON) -m bench compare $(A) $(B) $(if $(OUT),--out $(OUT))
 

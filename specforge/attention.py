@@ -106,7 +106,13 @@ def block_mask(anchors: torch.Tensor, keep: torch.Tensor, ctx_len: int, block_si
     kv_num, kv_idx = _ordered(partial)
     full_num, full_idx = _ordered(full)
     return BlockMask.from_kv_blocks(
-        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=SPARSE_BLOCK, mask_mod=mask_mod, seq_lengths=(q_len, kv_len)
+        kv_num,
+        kv_idx,
+        full_num,
+        full_idx,
+        BLOCK_SIZE=SPARSE_BLOCK,
+        mask_mod=mask_mod,
+        seq_lengths=(q_len, kv_len),
     )
 
 

@@ -80,7 +80,7 @@ class ModelConfig:
     use_liger_kernel: bool = False
     liger_scope: Literal["draft", "all"] = "draft"
     attention_backend: Literal["flex_attention", "sdpa"] = "flex_attention"
-    loss_chunk_size: int = 4096  # scored positions per LM-head chunk
+    loss_chunk_size: int = 1024  # scored positions per LM-head chunk (padded to whole chunks)
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
 
 

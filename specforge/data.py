@@ -149,13 +149,21 @@ def read_cache_meta(cache_dir: Path) -> dict:
             f"data.cache_dir: {cache_dir} is not a complete cache (no meta.json); run python -m specforge prepare"
         ) from None
     if meta.get("format") != CACHE_FORMAT:
-        raise ConfigError(f"data.cache_dir: {cache_dir} has cache format {meta.get('format')}, need {CACHE_FORMAT}")
+        raise ConfigError(
+            f"data.cache_dir: {cache_dir} has cache format {meta.get('format')}, need {CACHE_FORMAT}"
+        )
     return meta
 
 
 def write_cache_sample(cache_dir: Path, i: int, input_ids, loss_mask, hidden) -> None:
-    tensors = {"input_ids": input_ids.contiguous(), "loss_mask": loss_mask.contiguous(), "hidden_states": hidden}
-    save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(cache_dir / f"sample_{i:06d}.safetensors"))
+    tensors = {
+        "input_ids": input_ids.contiguous(),
+        "loss_mask": loss_mask.contiguous(),
+        "hidden_states": hidden,
+    }
+    save_file(
+        {k: v.contiguous().cpu() for k, v in tensors.items()}, str(cache_dir / f"sample_{i:06d}.safetensors")
+    )
 
 
 def save_head(cache_dir: Path, embed: torch.Tensor, lm_head: torch.Tensor, tied: bool) -> None:
@@ -170,9 +178,13 @@ def load_head(cache_dir: Path, device) -> tuple[torch.Tensor, torch.Tensor]:
     return t["embed"], t.get("lm_head", t["embed"])
 
 
-def make_loader(dataset: Dataset, batch_size: int, seed: int, num_workers: int, rank: int, world: int, pin: bool):
+def make_loader(
+    dataset: Dataset, batch_size: int, seed: int, num_workers: int, rank: int, world: int, pin: bool
+):
     """An endless iterator over batches in a seeded order (the same in both arms)."""
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True
+    )
     if len(sampler) < batch_size:
         raise ConfigError(
             f"data.num_samples: {len(dataset)} samples over {world} rank(s) is fewer than one batch of {batch_size}"

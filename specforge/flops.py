@@ -30,7 +30,9 @@ def peak_tflops(device_name: str | None) -> float | None:
     return None
 
 
-def draft_flops(profile: Profile, seq_len: int, num_blocks: float, scored: float, attended_pairs: float) -> float:
+def draft_flops(
+    profile: Profile, seq_len: int, num_blocks: float, scored: float, attended_pairs: float
+) -> float:
     """FLOPs of one sample through the draft (forward + backward) and the LM head."""
     d, t = profile.draft, profile.target
     h, hd = d.hidden_size, d.head_dim
@@ -38,7 +40,9 @@ def draft_flops(profile: Profile, seq_len: int, num_blocks: float, scored: float
     q_o = 2 * h * d.num_attention_heads * hd
     kv = 2 * h * d.num_key_value_heads * hd
     mlp = 3 * h * d.intermediate_size
-    per_layer = 2 * (noise * (q_o + mlp) + (seq_len + noise) * kv) + 4 * attended_pairs * d.num_attention_heads * hd
+    per_layer = (
+        2 * (noise * (q_o + mlp) + (seq_len + noise) * kv) + 4 * attended_pairs * d.num_attention_heads * hd
+    )
     fc = 2 * seq_len * len(t.capture_layer_ids) * t.hidden_size * h
     trainable = d.num_hidden_layers * per_layer + fc
     lm_head = 2 * scored * h * d.vocab_size
@@ -53,5 +57,7 @@ def target_flops(profile: Profile, seq_len: int) -> float:
         + 2 * t.hidden_size * t.num_key_value_heads * t.head_dim
         + 3 * t.hidden_size * t.intermediate_size
     )
-    attn = t.num_hidden_layers * 2 * seq_len * seq_len * t.num_attention_heads * t.head_dim  # causal half of 4
+    attn = (
+        t.num_hidden_layers * 2 * seq_len * seq_len * t.num_attention_heads * t.head_dim
+    )  # causal half of 4
     return 2 * per_token_params * seq_len + attn

@@ -9,12 +9,14 @@ chunk's logits outlive its loop iteration.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-OBJECTIVE = "fused linear-CE over scored positions only, {chunk} positions per chunk, grad in forward"
+OBJECTIVE = (
+    "fused linear-CE over scored positions only, {chunk} positions per chunk, grad in forward "
+    "(no logits recomputed; CE compiled on GPU)"
+)
 
 
 @dataclass
@@ -46,13 +48,20 @@ def sample_anchors(loss_mask: torch.Tensor, num_anchors: int, generator: torch.G
     return torch.where(keep, anchors, torch.zeros_like(anchors)), keep
 
 
-def make_blocks(input_ids, loss_mask, anchors, keep, block_size: int, mask_token_id: int, gamma: float) -> Blocks:
+def make_blocks(
+    input_ids, loss_mask, anchors, keep, block_size: int, mask_token_id: int, gamma: float
+) -> Blocks:
     b, s = input_ids.shape
     offsets = torch.arange(block_size, device=input_ids.device)
     pos = anchors[:, :, None] + offsets  # [b, N, B]
     in_range = pos < s
     pos_c = pos.clamp(max=s - 1)
-    scored = keep[:, :, None] & in_range & (offsets >= 1) & loss_mask.bool().gather(1, pos_c.flatten(1)).view_as(pos)
+    scored = (
+        keep[:, :, None]
+        & in_range
+        & (offsets >= 1)
+        & loss_mask.bool().gather(1, pos_c.flatten(1)).view_as(pos)
+    )
     labels = input_ids.gather(1, pos_c.flatten(1)).view_as(pos)
     decay = torch.exp(-(offsets.float() - 1.0) / gamma)  # w_k = exp(-(k-1)/gamma)
     weights = torch.where(scored, decay, torch.zeros((), device=input_ids.device))
@@ -67,30 +76,59 @@ def make_blocks(input_ids, loss_mask, anchors, keep, block_size: int, mask_token
     )
 
 
+def _ce_chunk(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor):
+    """Weighted CE of one chunk, its correct count, and d(loss)/d(logits) in the logits' dtype.
+
+    Compiled on the GPU into a few fused kernels that read the bf16 logits without an fp32
+    copy; eager elsewhere.
+    """
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1)
+    loss = (w * (lse - x.gather(1, y[:, None]).squeeze(1))).sum()
+    correct = ((x.argmax(dim=-1) == y) & (w > 0)).sum()
+    onehot = torch.arange(x.shape[1], device=x.device)[None, :] == y[:, None]
+    grad = (torch.exp(x - lse[:, None]) - onehot.float()) * w[:, None]
+    return loss, correct, grad.to(logits.dtype)
+
+
+_compiled_ce = None
+
+
+def _ce_fn(device: torch.device):
+    global _compiled_ce
+    if device.type != "cuda":
+        return _ce_chunk
+    if _compiled_ce is None:
+        _compiled_ce = torch.compile(_ce_chunk, dynamic=False)
+    return _compiled_ce
+
+
 class _LinearCE(torch.autograd.Function):
-    """sum_i w_i * CE(h_i @ W^T, y_i) with W frozen; gradient w.r.t. h computed in forward."""
+    """sum_i w_i * CE(h_i @ W^T, y_i) with W frozen; gradient w.r.t. h computed in forward.
+
+    Rows are padded to a whole number of chunks (padding has weight 0), so every chunk has
+    the same shape and the compiled CE kernel is built once.
+    """
 
     @staticmethod
     def forward(ctx, hidden, weight, labels, w, chunk: int):
         n = hidden.shape[0]
+        pad = (-n) % chunk
+        h = torch.nn.functional.pad(hidden, (0, 0, 0, pad))
+        y = torch.nn.functional.pad(labels, (0, pad))
+        wp = torch.nn.functional.pad(w, (0, pad))
+        ce = _ce_fn(hidden.device)
         loss = torch.zeros((), device=hidden.device, dtype=torch.float32)
         correct = torch.zeros((), device=hidden.device, dtype=torch.int64)
-        grad = torch.empty_like(hidden) if hidden.requires_grad else None
-        for start in range(0, n, chunk):
-            end = min(start + chunk, n)
-            logits = (hidden[start:end] @ weight.T).float()
-            y = labels[start:end]
-            lse = torch.logsumexp(logits, dim=-1)
-            target = logits.gather(1, y[:, None]).squeeze(1)
-            loss += (w[start:end] * (lse - target)).sum()
-            correct += (logits.argmax(dim=-1) == y).sum()
+        grad = torch.empty_like(h) if hidden.requires_grad else None
+        for start in range(0, n + pad, chunk):
+            end = start + chunk
+            chunk_loss, chunk_correct, dlogits = ce(h[start:end] @ weight.T, y[start:end], wp[start:end])
+            loss += chunk_loss
+            correct += chunk_correct
             if grad is not None:
-                probs = logits.sub_(lse[:, None]).exp_()  # softmax, in place
-                probs[torch.arange(end - start, device=probs.device), y] -= 1.0
-                probs.mul_(w[start:end, None])
-                grad[start:end] = probs.to(hidden.dtype) @ weight
-            del logits
-        ctx.save_for_backward(grad)
+                grad[start:end] = dlogits @ weight
+        ctx.save_for_backward(grad[:n] if grad is not None else None)
         ctx.mark_non_differentiable(correct)
         return loss, correct
 
@@ -115,7 +153,3 @@ def decayed_ce(hidden: torch.Tensor, lm_head: torch.Tensor, blocks: Blocks, chun
         return zero, zero.detach(), 0
     loss, correct = _LinearCE.apply(h, lm_head, y, w / w.sum(), chunk)
     return loss, correct.float() / n, n
-
-
-def expected_initial_loss(vocab_size: int) -> float:
-    return math.log(vocab_size)

@@ -24,7 +24,9 @@ from .runfiles import now_iso, write_json_atomic
 def prepare(cfg: TrainConfig, profile: Profile, out_dir: Path, hidden_source: str, force: bool) -> int:
     meta_path = out_dir / "meta.json"
     if meta_path.exists() and not force:
-        raise ConfigError(f"--output-dir: {out_dir} already holds a complete cache (use --force to rebuild it)")
+        raise ConfigError(
+            f"--output-dir: {out_dir} already holds a complete cache (use --force to rebuild it)"
+        )
     want = cfg.training.device
     if want == "cuda" and not torch.cuda.is_available():
         raise ConfigError("training.device: cuda requested but no CUDA or ROCm GPU is visible")
@@ -42,7 +44,9 @@ def prepare(cfg: TrainConfig, profile: Profile, out_dir: Path, hidden_source: st
     else:
         model = None
         head = target_mod.random_head(arch, device, dtype, seed)
-    data_mod.save_head(out_dir, head.embed, head.lm_head, tied=head.embed.data_ptr() == head.lm_head.data_ptr())
+    data_mod.save_head(
+        out_dir, head.embed, head.lm_head, tied=head.embed.data_ptr() == head.lm_head.data_ptr()
+    )
     feature_dim = len(arch.capture_layer_ids) * arch.hidden_size
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     n = len(tokens)
@@ -71,5 +75,7 @@ def prepare(cfg: TrainConfig, profile: Profile, out_dir: Path, hidden_source: st
         "seconds": round(time.perf_counter() - t0, 2),
     }
     write_json_atomic(meta_path, meta)
-    print(f"[prepare] wrote {n} samples to {out_dir}: {json.dumps({k: meta[k] for k in ('seq_len', 'feature_dim')})}")
+    print(
+        f"[prepare] wrote {n} samples to {out_dir}: {json.dumps({k: meta[k] for k in ('seq_len', 'feature_dim')})}"
+    )
     return 0

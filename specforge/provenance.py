@@ -49,7 +49,11 @@ def _driver_version() -> str | None:
 
 
 def collect() -> dict:
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if torch.cuda.is_available()
+        else []
+    )
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),

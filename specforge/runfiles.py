@@ -32,7 +32,13 @@ class RunFiles:
         self._metrics = None
 
     def start(self, record: dict) -> None:
-        self.record = {"status": "running", "reason": None, "start_time": now_iso(), "end_time": None, **record}
+        self.record = {
+            "status": "running",
+            "reason": None,
+            "start_time": now_iso(),
+            "end_time": None,
+            **record,
+        }
         if self.enabled:
             self.dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.dir / "run.json", self.record)

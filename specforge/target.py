@@ -47,7 +47,9 @@ def hf_config(arch: TargetArch, max_positions: int):
     )
 
 
-def build_target(arch: TargetArch, tcfg: TargetConfig, device: torch.device, dtype, seed: int, max_positions: int):
+def build_target(
+    arch: TargetArch, tcfg: TargetConfig, device: torch.device, dtype, seed: int, max_positions: int
+):
     """The whole target model, frozen and in eval mode."""
     from transformers import AutoModelForCausalLM
 
@@ -67,7 +69,8 @@ def build_target(arch: TargetArch, tcfg: TargetConfig, device: torch.device, dty
 
 def head_of(model) -> FrozenHead:
     return FrozenHead(
-        embed=model.get_input_embeddings().weight.detach(), lm_head=model.get_output_embeddings().weight.detach()
+        embed=model.get_input_embeddings().weight.detach(),
+        lm_head=model.get_output_embeddings().weight.detach(),
     )
 
 

@@ -55,7 +55,9 @@ def resolve_env(cfg: TrainConfig) -> Env:
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if device.type == "cpu":
         if cfg.model.use_liger_kernel:
-            raise ConfigError("model.use_liger_kernel: Liger's Triton kernels need a CUDA or ROCm GPU; none here")
+            raise ConfigError(
+                "model.use_liger_kernel: Liger's Triton kernels need a CUDA or ROCm GPU; none here"
+            )
         if cfg.model.attention_backend == "flex_attention":
             raise ConfigError("model.attention_backend: flex_attention has no backward on the CPU; use sdpa")
     return Env(device=device, rank=rank, world=world, local_rank=local_rank)
@@ -88,13 +90,17 @@ class Trainer:
         max_pos = cfg.data.seq_len + profile.draft.block_size + 1
         seed = cfg.training.seed
         if cfg.mode == "online":
-            self.target = target_mod.build_target(self.arch_t, cfg.target, env.device, self.dtype, seed, max_pos)
+            self.target = target_mod.build_target(
+                self.arch_t, cfg.target, env.device, self.dtype, seed, max_pos
+            )
             self.head = target_mod.head_of(self.target)
         else:
             embed, lm_head = data_mod.load_head(cfg.data.cache_dir, env.device)
             self.head = target_mod.FrozenHead(embed.to(self.dtype), lm_head.to(self.dtype))
         with liger_patch(cfg.model.use_liger_kernel, cfg.model.liger_scope), torch.device(env.device):
-            draft = DFlashDraft(profile.draft, len(self.arch_t.capture_layer_ids), self.arch_t.hidden_size, max_pos)
+            draft = DFlashDraft(
+                profile.draft, len(self.arch_t.capture_layer_ids), self.arch_t.hidden_size, max_pos
+            )
         draft.to(self.dtype)
         draft.init_weights(seed)
         self.checksum = param_checksum(draft)
@@ -153,12 +159,22 @@ class Trainer:
             hidden = target_mod.capture_hidden(self.target, ids, self.arch_t.capture_layer_ids)
         else:
             hidden = batch["hidden_states"].to(dev, non_blocking=True).to(self.dtype)
-        self.anchor_gen.manual_seed(cfg.training.seed * 1_000_003 + micro_index * self.env.world + self.env.rank)
+        self.anchor_gen.manual_seed(
+            cfg.training.seed * 1_000_003 + micro_index * self.env.world + self.env.rank
+        )
         anchors, keep = objective.sample_anchors(lmask, cfg.training.num_anchors, self.anchor_gen)
         blocks = objective.make_blocks(
-            ids, lmask, anchors, keep, self.arch_d.block_size, self.arch_d.mask_token_id, cfg.training.loss_decay_gamma
+            ids,
+            lmask,
+            anchors,
+            keep,
+            self.arch_d.block_size,
+            self.arch_d.mask_token_id,
+            cfg.training.loss_decay_gamma,
         )
-        out = self.draft(hidden, self.head.embed_tokens(blocks.noise_ids), anchors, keep, cfg.model.attention_backend)
+        out = self.draft(
+            hidden, self.head.embed_tokens(blocks.noise_ids), anchors, keep, cfg.model.attention_backend
+        )
         loss, acc, scored = objective.decayed_ce(out, self.head.lm_head, blocks, cfg.model.loss_chunk_size)
         (loss / cfg.training.accumulation_steps).backward()
         for p, m in zip(self.params, self.masters):
@@ -167,7 +183,9 @@ class Trainer:
                 p.grad = None
         eff = torch.where(keep, anchors, torch.zeros_like(anchors))
         pairs = (keep * (eff + self.arch_d.block_size)).sum() * self.arch_d.block_size
-        counts = torch.stack([keep.sum().double(), torch.tensor(float(scored), device=dev).double(), pairs.double()])
+        counts = torch.stack(
+            [keep.sum().double(), torch.tensor(float(scored), device=dev).double(), pairs.double()]
+        )
         return loss.detach(), acc.detach(), counts
 
     def optimizer_step(self, step: int) -> float:
@@ -215,12 +233,14 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"[:500]
 
 
-def run(cfg: TrainConfig, profile: Profile, out_dir: Path) -> int:
+def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None = None) -> int:
     """Train, writing the run contract's files into out_dir. Returns the process exit code."""
     env = resolve_env(cfg)
     if cfg.mode == "offline":
         if not cfg.data.cache_dir:
-            raise ConfigError("data.cache_dir: offline mode needs a prepared cache (python -m specforge prepare)")
+            raise ConfigError(
+                "data.cache_dir: offline mode needs a prepared cache (python -m specforge prepare)"
+            )
         data_mod.read_cache_meta(Path(cfg.data.cache_dir))
     if env.world > 1 and not dist.is_initialized():
         if env.device.type == "cuda":
@@ -248,7 +268,7 @@ def run(cfg: TrainConfig, profile: Profile, out_dir: Path) -> int:
         }
     )
     try:
-        return _train(cfg, profile, env, files, peak)
+        return _train(cfg, profile, env, files, peak, started or time.time())
     except torch.OutOfMemoryError as e:
         files.finish("oom", _one_line(e))
         print(f"out of memory: {_one_line(e)}", file=sys.stderr, flush=True)
@@ -266,7 +286,9 @@ def run(cfg: TrainConfig, profile: Profile, out_dir: Path) -> int:
                 dist.destroy_process_group()
 
 
-def _train(cfg: TrainConfig, profile: Profile, env: Env, files: RunFiles, peak: float | None) -> int:
+def _train(
+    cfg: TrainConfig, profile: Profile, env: Env, files: RunFiles, peak: float | None, started: float
+) -> int:
     tr = cfg.training
     t_start = time.perf_counter()
     torch.manual_seed(tr.seed)
@@ -284,6 +306,10 @@ def _train(cfg: TrainConfig, profile: Profile, env: Env, files: RunFiles, peak: 
     for step in range(tr.steps):
         trainer.sync()
         t0 = time.perf_counter()
+        if step == 0:  # process start -> first training step: imports, model build, data workers
+            startup_s = time.time() - started
+            files.update(startup_s=round(startup_s, 2))
+            log(f"[specforge] first step starts {startup_s:.1f}s after process start", flush=True)
         losses, accs = [], []
         counts = torch.zeros(3, dtype=torch.float64, device=env.device)
         for micro in range(tr.accumulation_steps):

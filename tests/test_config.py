@@ -1,15 +1,17 @@
 """Bad configs give one clear line and exit 2; overrides are typed and validated."""
 
 import pytest
-from tests.helpers import CONFIGS, run_cli
 
 from specforge.config import ConfigError, apply_overrides, load_config
+from tests.helpers import CONFIGS, run_cli
 
 TINY = str(CONFIGS / "train/tiny-offline.yaml")
 
 
 def test_overrides_are_typed():
-    cfg, profile = load_config(TINY, ["training.lr=1e-3", "training.steps=5", "model.attention_backend=flex_attention"])
+    cfg, profile = load_config(
+        TINY, ["training.lr=1e-3", "training.steps=5", "model.attention_backend=flex_attention"]
+    )
     assert cfg.training.lr == pytest.approx(1e-3) and cfg.training.steps == 5
     assert cfg.model.attention_backend == "flex_attention"
     assert profile.draft.hidden_size == 64
@@ -70,12 +72,30 @@ def test_cli_missing_file_and_cpu_only_options(tmp_path):
     r = run_cli("specforge", "train", str(tmp_path / "none.yaml"))
     assert r.returncode == 2 and "cannot read config" in r.stderr
     out = tmp_path / "run"
-    r = run_cli("specforge", "train", TINY, "--use-liger-kernel", "--set", "training.device=cpu", "--output-dir", str(out))
+    r = run_cli(
+        "specforge",
+        "train",
+        TINY,
+        "--use-liger-kernel",
+        "--set",
+        "training.device=cpu",
+        "--output-dir",
+        str(out),
+    )
     assert r.returncode == 2 and "need a CUDA or ROCm GPU" in r.stderr and not out.exists()
     r = run_cli(
-        "specforge", "train", TINY, "--set", "model.attention_backend=flex_attention", "--set",
-        "training.device=cpu", "--output-dir", str(out),
+        "specforge",
+        "train",
+        TINY,
+        "--set",
+        "model.attention_backend=flex_attention",
+        "--set",
+        "training.device=cpu",
+        "--output-dir",
+        str(out),
     )
     assert r.returncode == 2 and "no backward on the CPU" in r.stderr and not out.exists()
-    r = run_cli("specforge", "train", TINY, "--set", "data.cache_dir=" + str(tmp_path), "--output-dir", str(out))
+    r = run_cli(
+        "specforge", "train", TINY, "--set", "data.cache_dir=" + str(tmp_path), "--output-dir", str(out)
+    )
     assert r.returncode == 2 and "not a complete cache" in r.stderr and not out.exists()

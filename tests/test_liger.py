@@ -5,10 +5,10 @@ import sys
 import textwrap
 
 import pytest
-from tests.helpers import REPO
 
 from specforge import liger
 from specforge.config import ConfigError
+from tests.helpers import REPO
 
 BUILD = """
 import torch

@@ -29,7 +29,9 @@ def expand_blocks(num, idx, q_len, kv_len):
     return big[:q_len, :kv_len]
 
 
-@pytest.mark.parametrize("ctx_len, block, n", [(64, 4, 8), (200, 16, 20), (300, 16, 9), (40, 8, 3), (130, 12, 5)])
+@pytest.mark.parametrize(
+    "ctx_len, block, n", [(64, 4, 8), (200, 16, 20), (300, 16, 9), (40, 8, 3), (130, 12, 5)]
+)
 def test_masks_match_the_rule(ctx_len, block, n):
     gen = torch.Generator().manual_seed(ctx_len + n)
     b = 2

@@ -79,6 +79,8 @@ def test_decayed_ce_only_scored_positions():
     head = torch.randn(32, 8, generator=gen, dtype=torch.float64)
     loss, acc, n = decayed_ce(hidden, head, blk, chunk=5)
     w = blk.weights.flatten().double()
-    ce = torch.nn.functional.cross_entropy(hidden.flatten(0, 1) @ head.T, blk.labels.flatten(), reduction="none")
+    ce = torch.nn.functional.cross_entropy(
+        hidden.flatten(0, 1) @ head.T, blk.labels.flatten(), reduction="none"
+    )
     torch.testing.assert_close(loss.double(), (w * ce).sum() / w.sum())
     assert n == int((w > 0).sum()) and 0.0 <= float(acc) <= 1.0

@@ -10,8 +10,19 @@ from tests.helpers import CONFIGS, run_cli
 OFFLINE = str(CONFIGS / "train/tiny-offline.yaml")
 ONLINE = str(CONFIGS / "train/tiny-online.yaml")
 METRIC_KEYS = {
-    "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s", "lr",
-    "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu",
+    "step",
+    "loss",
+    "accuracy",
+    "step_time_s",
+    "samples",
+    "tokens",
+    "samples_per_s",
+    "tokens_per_s",
+    "lr",
+    "grad_norm",
+    "torch_peak_allocated_gib",
+    "torch_peak_reserved_gib",
+    "mfu",
 }
 
 
@@ -78,9 +89,21 @@ def test_existing_run_not_overwritten(tmp_path, tiny_cache):
 def test_fsdp2_two_processes_on_gloo(tmp_path, tiny_cache):
     out = tmp_path / "fsdp"
     r = run_cli(
-        "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29531",
-        "-m", "specforge", "train", OFFLINE, "--output-dir", str(out),
-        "--set", f"data.cache_dir={tiny_cache}", "--set", "training.steps=4",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29531",
+        "-m",
+        "specforge",
+        "train",
+        OFFLINE,
+        "--output-dir",
+        str(out),
+        "--set",
+        f"data.cache_dir={tiny_cache}",
+        "--set",
+        "training.steps=4",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     rows = metrics(out)

@@ -1,0 +1,88 @@
+"""Command line: ``python -m bench sweep|report|compare|detect``.
+
+Bad input prints ``error: <one line>`` to stderr and exits 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from bench.sweep_config import SweepError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="DFlash x Liger A/B benchmark sweeps."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("sweep", help="run (or resume) a sweep of training runs")
+    p.add_argument("config", help="sweep config YAML (e.g. configs/h200.yaml)")
+    p.add_argument("--out", help="output directory (default: the config's `out`)")
+    p.add_argument("--resume", action="store_true", help="finish an unfinished sweep in the output directory")
+    p.add_argument(
+        "--force", action="store_true", help="delete the output directory's runs and results (keeps cache/)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the planned runs and commands; write nothing"
+    )
+
+    p = sub.add_parser("report", help="rebuild CSVs, plots and report.md from a sweep's run directories")
+    p.add_argument("dir", help="sweep output directory (holds runs/)")
+
+    p = sub.add_parser("compare", help="compare two summary CSVs (two machines, two commits)")
+    p.add_argument("a", help="first CSV")
+    p.add_argument("b", help="second CSV")
+    p.add_argument("--out", help="directory for the comparison's table and plots")
+
+    sub.add_parser("detect", help="print the sweep config for this machine's hardware")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "sweep":
+            from bench import driver
+
+            return driver.run_sweep(
+                args.config, out=args.out, resume=args.resume, force=args.force, dry_run=args.dry_run
+            )
+        if args.command == "report":
+            from bench import driver
+
+            if not (Path(args.dir) / "runs").is_dir():
+                raise SweepError(f"{args.dir}: no runs/ directory; expected the output directory of a sweep")
+            return driver.report(Path(args.dir))
+        if args.command == "compare":
+            from bench.compare import compare
+
+            try:
+                result = compare(args.a, args.b, out_dir=args.out)
+            except ValueError as e:
+                raise SweepError(str(e)) from None
+            if isinstance(result, str):
+                print(result)
+            return 0
+        if args.command == "detect":
+            from bench.hardware import main_detect
+
+            rc = main_detect()
+            return rc if isinstance(rc, int) else 0
+    except SweepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `python -m bench sweep X --dry-run | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,514 @@
+"""Sweep configs: schema, validation, grid expansion and run order.
+
+A sweep config (YAML, parsed with ``yaml.safe_load``) names the hardware it is meant for, the
+trainer to launch, the A/B arms, and a list of cells. Each cell entry expands to
+``batch_size x seq_len x gpus_per_run`` cells, and each cell to ``arms x repeats`` runs.
+Bad input raises :class:`SweepError` with one line naming the file, the key and what is
+expected. Nothing here touches the filesystem beyond reading the sweep config and the
+training configs it points to (their top-level ``profile``/``mode`` and a few keys that
+describe the cell; ``specforge`` is never imported).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+import random
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ARMS = ("baseline", "liger")
+ORDERS = ("interleaved", "shuffled")
+MODES = ("offline", "online")
+# On a machine without GPUs, gpus_per_run > 1 means that many gloo processes on the CPU.
+CPU_MAX_PROCS = 2
+# --set keys the driver sets itself from the sweep config; a cell may not override them.
+DRIVER_KEYS = {
+    "profile": "use another training config",
+    "mode": "use another training config",
+    "data.seq_len": "use the cell's seq_len",
+    "data.cache_dir": "the driver prepares the cache",
+    "training.steps": "use steps",
+    "training.batch_size": "use the cell's batch_size",
+    "model.use_liger_kernel": "use arms",
+}
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_SET_KEY_RE = re.compile(r"^[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*$")
+_ENDPOINT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d+$")
+
+
+class SweepError(Exception):
+    """Bad sweep input; the message is one line naming the key or file and what is expected."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid: a training config at one batch size, sequence length and GPU count."""
+
+    cell_id: str
+    entry: int  # index of the `cells:` entry it came from
+    train_config: str  # path handed to the trainer
+    profile: str
+    mode: str
+    batch_size: int
+    seq_len: int
+    gpus: int
+    nodes: int
+    steps: int
+    warmup_steps: int
+    timeout_s: float
+    overrides: dict[str, Any]  # the entry's `set:`
+    accumulation_steps: int | None
+    num_anchors: int | None
+    attention_backend: str | None
+    config_sha256: str  # of the training config file
+
+    def cache_key(self) -> str:
+        """Offline caches are shared by the cells (arms, batch sizes, repeats) with the same training
+        config, seq_len and `set` overrides: everything `prepare` is given."""
+        blob = json.dumps([self.config_sha256, self.seq_len, self.overrides], sort_keys=True, default=str)
+        return f"{_slug(self.profile)}_s{self.seq_len}_{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    cell: Cell
+    arm: str
+    repeat: int  # 1-based
+    order_index: int  # 0-based position in the planned order
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    path: Path
+    name: str
+    hardware: tuple[str, ...]
+    out: str
+    trainer_module: str
+    arms: tuple[str, ...]
+    repeats: int
+    order: str
+    order_seed: int
+    steps: int
+    warmup_steps: int
+    timeout_s: float
+    prepare_timeout_s: float
+    poll_interval_s: float
+    poll_vram: bool
+    loss_tolerance: float
+    gpus_per_run: tuple[int, ...]
+    nodes: int
+    rdzv_endpoint: str | None
+    cells: tuple[Cell, ...]
+    resolved: dict[str, Any]  # every key with its default filled in; stored in sweep.json
+
+    @property
+    def runs_on_cpu(self) -> bool:
+        return "cpu" in self.hardware
+
+    @property
+    def max_gpus(self) -> int:
+        return max(c.gpus for c in self.cells)
+
+
+# ---------------------------------------------------------------- schema
+
+_INT, _NUM, _STR = "int", "number", "str"
+
+# key: (kind, default, lower bound, whether the bound is exclusive); REQUIRED marks no default.
+REQUIRED = object()
+TOP_KEYS: dict[str, tuple] = {
+    "name": (_STR, REQUIRED),
+    "hardware": ("names", REQUIRED),
+    "out": (_STR, None),
+    "trainer_module": (_STR, "specforge"),
+    "arms": ("arms", list(ARMS)),
+    "repeats": (_INT, 3, 1),
+    "order": (_STR, "interleaved"),
+    "order_seed": (_INT, 0, None),
+    "steps": (_INT, REQUIRED, 1),
+    "warmup_steps": (_INT, REQUIRED, 0),
+    "timeout_s": (_NUM, 600.0, 0, True),
+    "prepare_timeout_s": (_NUM, 600.0, 0, True),
+    "poll_interval_s": (_NUM, 0.05, 0, True),
+    "poll_vram": ("bool", True),  # false: no poller at all (to measure the poller's overhead)
+    "loss_tolerance": (_NUM, 0.01, 0),
+    "gpus_per_run": ("ints", [1], 1),
+    "nodes": (_INT, 1, 1),
+    "rdzv_endpoint": ("optstr", None),
+    "cells": ("cells", REQUIRED),
+}
+CELL_KEYS: dict[str, tuple] = {
+    "config": (_STR, REQUIRED),
+    "batch_size": ("ints", REQUIRED, 1),
+    "seq_len": ("ints", REQUIRED, 1),
+    "set": ("set", {}),
+    "label": (_STR, None),
+    "steps": (_INT, None, 1),
+    "warmup_steps": (_INT, None, 0),
+    "timeout_s": (_NUM, None, 0, True),
+    "gpus_per_run": ("ints", None, 1),
+}
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Parse and validate a sweep config file; raises SweepError with one line on bad input."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SweepError(f"{path}: no such sweep config file") from None
+    except OSError as e:
+        raise SweepError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: not valid YAML: {_yaml_problem(e)}") from None
+    return validate(raw, path)
+
+
+def validate(raw: Any, path: Path) -> SweepConfig:
+    def fail(msg: str) -> SweepError:
+        return SweepError(f"{path}: {msg}")
+
+    if not isinstance(raw, dict):
+        raise fail("expected a mapping of sweep settings at the top level")
+    top = _check_keys(raw, TOP_KEYS, "", fail)
+    if not _NAME_RE.match(top["name"]):
+        raise fail(f"name: {top['name']!r} should be letters, digits, '.', '_' or '-'")
+    if top["out"] is None:
+        top["out"] = f"results/{top['name']}"
+    if not _MODULE_RE.match(top["trainer_module"]):
+        raise fail(
+            f"trainer_module: expected a Python module name like 'specforge', got {top['trainer_module']!r}"
+        )
+    if top["order"] not in ORDERS:
+        raise fail(f"order: expected one of {', '.join(ORDERS)}, got {top['order']!r}")
+    if top["warmup_steps"] >= top["steps"]:
+        raise fail(
+            f"warmup_steps: {top['warmup_steps']} leaves no steady-state steps; expected less than steps ({top['steps']})"
+        )
+    if top["poll_interval_s"] > 1.0:
+        raise fail(f"poll_interval_s: expected at most 1.0 s, got {top['poll_interval_s']}")
+    if top["nodes"] > 1 and not top["rdzv_endpoint"]:
+        raise fail("rdzv_endpoint: required when nodes > 1 (host:port of the c10d rendezvous)")
+    if top["rdzv_endpoint"] is not None and not _ENDPOINT_RE.match(top["rdzv_endpoint"]):
+        raise fail(f"rdzv_endpoint: expected host:port, got {top['rdzv_endpoint']!r}")
+    if not top["cells"]:
+        raise fail("cells: expected a non-empty list of cells")
+
+    cells: list[Cell] = []
+    resolved_cells = []
+    for i, entry in enumerate(top["cells"]):
+        where = f"cells[{i}]"
+        if not isinstance(entry, dict):
+            raise fail(f"{where}: expected a mapping with config, batch_size, seq_len")
+        c = _check_keys(entry, CELL_KEYS, f"{where}.", fail)
+        cfg_path = _find_train_config(c["config"], path, fail, where)
+        train = _read_train_config(cfg_path, fail, where)
+        for key in c["set"]:
+            if key in DRIVER_KEYS:
+                raise fail(f"{where}.set.{key}: set by the driver; {DRIVER_KEYS[key]}")
+        steps = c["steps"] if c["steps"] is not None else top["steps"]
+        warmup = c["warmup_steps"] if c["warmup_steps"] is not None else top["warmup_steps"]
+        if warmup >= steps:
+            raise fail(
+                f"{where}.warmup_steps: {warmup} leaves no steady-state steps; expected less than steps ({steps})"
+            )
+        if c["label"] is not None and not _NAME_RE.match(c["label"]):
+            raise fail(f"{where}.label: {c['label']!r} should be letters, digits, '.', '_' or '-'")
+        gpus_list = c["gpus_per_run"] if c["gpus_per_run"] is not None else top["gpus_per_run"]
+        sha = hashlib.sha256(cfg_path.read_bytes()).hexdigest()
+        # per-cell keys stay as written (null = the top-level value), so a diff names the key changed
+        resolved_cells.append({**c, "config_sha256": sha})
+        entry_cell = Cell(
+            cell_id="",
+            entry=i,
+            train_config=str(cfg_path),
+            profile=train["profile"],
+            mode=train["mode"],
+            batch_size=0,
+            seq_len=0,
+            gpus=0,
+            nodes=top["nodes"],
+            steps=steps,
+            warmup_steps=warmup,
+            timeout_s=float(c["timeout_s"] if c["timeout_s"] is not None else top["timeout_s"]),
+            overrides=c["set"],
+            accumulation_steps=_pick(c["set"], train, "training.accumulation_steps"),
+            num_anchors=_pick(c["set"], train, "training.num_anchors"),
+            attention_backend=_pick(c["set"], train, "model.attention_backend"),
+            config_sha256=sha,
+        )
+        for gpus, batch, seq in itertools.product(gpus_list, c["batch_size"], c["seq_len"]):
+            cell = replace(entry_cell, batch_size=batch, seq_len=seq, gpus=gpus)
+            cells.append(replace(cell, cell_id=_cell_id(cell, c["label"])))
+
+    seen: dict[str, int] = {}
+    for cell in cells:
+        if cell.cell_id in seen:
+            raise fail(
+                f"cells[{cell.entry}]: expands to cell {cell.cell_id!r} like cells[{seen[cell.cell_id]}]; "
+                "give one of them a distinct label"
+            )
+        seen[cell.cell_id] = cell.entry
+
+    resolved = {**top, "cells": resolved_cells}
+    return SweepConfig(
+        path=path,
+        name=top["name"],
+        hardware=tuple(top["hardware"]),
+        out=top["out"],
+        trainer_module=top["trainer_module"],
+        arms=tuple(top["arms"]),
+        repeats=top["repeats"],
+        order=top["order"],
+        order_seed=top["order_seed"],
+        steps=top["steps"],
+        warmup_steps=top["warmup_steps"],
+        timeout_s=float(top["timeout_s"]),
+        prepare_timeout_s=float(top["prepare_timeout_s"]),
+        poll_interval_s=float(top["poll_interval_s"]),
+        poll_vram=top["poll_vram"],
+        loss_tolerance=float(top["loss_tolerance"]),
+        gpus_per_run=tuple(top["gpus_per_run"]),
+        nodes=top["nodes"],
+        rdzv_endpoint=top["rdzv_endpoint"],
+        cells=tuple(cells),
+        resolved=resolved,
+    )
+
+
+def plan(cfg: SweepConfig) -> list[Run]:
+    """The run order: for each repeat round, for each cell, one run per arm.
+
+    ``interleaved`` runs baseline then liger (A B A B ...); ``shuffled`` draws the arm order of
+    every (cell, repeat) pair from ``random.Random(order_seed)``. Arms are never run all-A
+    then all-B: drift on a shared machine must not look like a speed-up.
+    """
+    rng = random.Random(cfg.order_seed)
+    runs: list[Run] = []
+    for repeat in range(1, cfg.repeats + 1):
+        for cell in cfg.cells:
+            arms = list(cfg.arms)
+            if cfg.order == "shuffled":
+                rng.shuffle(arms)
+            for arm in arms:
+                run_id = f"{cell.cell_id}_{arm}_r{repeat}"
+                runs.append(Run(run_id, cell, arm, repeat, len(runs)))
+    return runs
+
+
+def diff_resolved(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two resolved configs (``out`` is ignored)."""
+    keys: list[str] = []
+    for key in sorted(set(old) | set(new), key=str):
+        if not prefix and key == "out":
+            continue
+        a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
+        name = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += diff_resolved(a, b, f"{name}.")
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and key == "cells":
+            for i, (x, y) in enumerate(zip(a, b)):
+                keys += diff_resolved(x, y, f"{name}[{i}].") if isinstance(x, dict) else []
+        elif _jsonish(a) != _jsonish(b):
+            keys.append(name)
+    return keys
+
+
+def format_set_value(value: Any) -> str:
+    """A `--set key=value` value as YAML would read it back."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[repr(value)]
+        text = repr(value)  # YAML 1.1 reads 1e-05 as a string: write 1.0e-05
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+    return str(value)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _cell_id(cell: Cell, label: str | None) -> str:
+    """`<profile>_<mode>_bs<batch>_s<seq_len>`, plus `_g<gpus>`, `_n<nodes>` and `_<label>` when set."""
+    cell_id = f"{_slug(cell.profile)}_{cell.mode}_bs{cell.batch_size}_s{cell.seq_len}"
+    if cell.gpus > 1:
+        cell_id += f"_g{cell.gpus}"
+    if cell.nodes > 1:
+        cell_id += f"_n{cell.nodes}"
+    return f"{cell_id}_{label}" if label else cell_id
+
+
+def _pick(overrides: dict, train: dict, dotted: str) -> Any:
+    """A training setting as the run will see it: the cell's override, else the training config's value."""
+    if dotted in overrides:
+        return overrides[dotted]
+    node: Any = train
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _check_keys(raw: dict, schema: dict, where: str, fail) -> dict:
+    out: dict[str, Any] = {}
+    for key in raw:
+        if key not in schema:
+            close = difflib.get_close_matches(str(key), list(schema), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(schema)}"
+            raise fail(f"{where}{key}: unknown key{hint}")
+    for key, (kind, default, *bound) in schema.items():
+        name = f"{where}{key}"
+        if key not in raw or (raw[key] is None and default is not REQUIRED and kind != "optstr"):
+            if default is REQUIRED:
+                raise fail(f"{name}: missing; expected {_EXPECT.get(kind, kind)}")
+            out[key] = copy.deepcopy(default)
+            continue
+        out[key] = _check_value(raw[key], kind, bound, name, fail)
+    return out
+
+
+_EXPECT = {
+    _INT: "an integer",
+    _NUM: "a number",
+    _STR: "a string",
+    "bool": "true or false",
+    "optstr": "a string or null",
+    "names": "a hardware name or a list of them (e.g. [h100, h200], cpu, any)",
+    "arms": f"a list of arms from {', '.join(ARMS)}",
+    "ints": "a positive integer or a list of them",
+    "set": "a mapping of training config keys to scalar values (e.g. {training.num_anchors: 512})",
+    "cells": "a list of cells (config, batch_size, seq_len)",
+}
+
+
+def _check_value(value: Any, kind: str, bound: list, name: str, fail) -> Any:
+    def bad(extra: str = "") -> SweepError:
+        return fail(f"{name}: expected {_EXPECT[kind]}{extra}, got {value!r}")
+
+    if kind == _INT:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad()
+        return _check_bound(value, bound, name, fail)
+    if kind == _NUM:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad()
+        return _check_bound(value, bound, name, fail)
+    if kind == _STR:
+        if not isinstance(value, str) or not value.strip():
+            raise bad()
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad()
+        return value
+    if kind == "optstr":
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise bad()
+        return value
+    if kind == "names":
+        names = [value] if isinstance(value, str) else value
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(n, str) and n.strip() for n in names)
+        ):
+            raise bad()
+        return [n.strip().lower() for n in names]
+    if kind == "arms":
+        if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+            raise bad()
+        unknown = [a for a in value if a not in ARMS]
+        if unknown:
+            raise fail(f"{name}: unknown arm {unknown[0]!r}; expected arms from {', '.join(ARMS)}")
+        if len(set(value)) != len(value):
+            raise fail(f"{name}: each arm once, got {value!r}")
+        if "baseline" not in value:
+            raise fail(f"{name}: the baseline arm is missing; expected [baseline] or [baseline, liger]")
+        return [a for a in ARMS if a in value]  # baseline first
+    if kind == "ints":
+        items = value if isinstance(value, list) else [value]
+        if not items or any(isinstance(v, bool) or not isinstance(v, int) for v in items):
+            raise bad()
+        if len(set(items)) != len(items):
+            raise fail(f"{name}: each value once, got {value!r}")
+        for v in items:
+            _check_bound(v, bound, name, fail)
+        return items
+    if kind == "set":
+        if not isinstance(value, dict):
+            raise bad()
+        for k, v in value.items():
+            if not isinstance(k, str) or not _SET_KEY_RE.match(k):
+                raise fail(f"{name}: key {k!r} should be a dotted config key like training.num_anchors")
+            if isinstance(v, dict | list):
+                raise fail(f"{name}.{k}: expected a scalar (string, number, bool or null), got {v!r}")
+        return dict(value)
+    if kind == "cells":
+        if not isinstance(value, list):
+            raise bad()
+        return value
+    raise AssertionError(kind)
+
+
+def _check_bound(value, bound: list, name: str, fail):
+    if bound and bound[0] is not None:
+        low, exclusive = bound[0], len(bound) > 1 and bound[1]
+        if value < low or (exclusive and value == low):
+            raise fail(f"{name}: expected a value {'>' if exclusive else '>='} {low}, got {value!r}")
+    return value
+
+
+def _find_train_config(given: str, sweep_path: Path, fail, where: str) -> Path:
+    """Relative paths: the current directory first, then the sweep config's folder and its parent."""
+    p = Path(given)
+    bases = [Path()] if p.is_absolute() else [Path(), sweep_path.parent, sweep_path.parent.parent]
+    for base in bases:
+        cand = base / p
+        if cand.is_file():
+            return cand if base == Path() else cand.resolve()
+    raise fail(f"{where}.config: no such training config file {given!r}")
+
+
+def _read_train_config(cfg_path: Path, fail, where: str) -> dict:
+    try:
+        train = yaml.safe_load(cfg_path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        problem = _yaml_problem(e) if isinstance(e, yaml.YAMLError) else e.strerror
+        raise fail(f"{where}.config: cannot read training config {str(cfg_path)!r}: {problem}") from None
+    if not isinstance(train, dict):
+        raise fail(f"{where}.config: {str(cfg_path)!r} is not a mapping of training settings")
+    if not isinstance(train.get("profile"), str) or not train["profile"].strip():
+        raise fail(f"{where}.config: {str(cfg_path)!r} has no top-level 'profile' string")
+    if train.get("mode") not in MODES:
+        raise fail(f"{where}.config: {str(cfg_path)!r} needs a top-level 'mode' of offline or online")
+    return train
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"{problem} (line {mark.line + 1})" if mark is not None else problem
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+def _jsonish(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, default=str)

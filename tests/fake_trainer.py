@@ -1,0 +1,184 @@
+"""A fake trainer honouring the run contract (docs/run-contract.md), for fast driver tests.
+
+    python -m tests.fake_trainer train CONFIG --output-dir DIR [--set k=v ...] [--use-liger-kernel]
+    python -m tests.fake_trainer prepare CONFIG --output-dir DIR [--set k=v ...]
+
+Behaviours are chosen with --set keys:
+    fake.step_sleep=0.05     seconds per step
+    fake.crash_at_step=N     raise an exception at step N (exit 1, run.json left "running")
+    fake.hang_at_step=N      stop and sleep forever at step N (fake.hang=true: at step 1)
+    fake.hang_at_exit=true   record status "ok", then sleep forever
+    fake.oom=true            write run.json status "oom" at step 2 and exit 3
+    fake.raw_oom=true        print a CUDA OOM traceback line and exit 1 without touching run.json
+    fake.spawn_child=true    start a grandchild process that sleeps (tests process-group cleanup)
+    data.fail_prepare=true   make `prepare` fail
+The loss depends only on the step and the seed, so both arms agree (loss parity).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from bench.fileio import append_jsonl, atomic_write_json
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _parse_sets(items: list[str]) -> dict:
+    sets = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"error: --set {item!r}: expected key=value", file=sys.stderr)
+            sys.exit(2)
+        sets[key] = yaml.safe_load(value)
+    return sets
+
+
+def _load(config: str, sets: dict) -> dict:
+    try:
+        cfg = yaml.safe_load(Path(config).read_text())
+    except OSError:
+        print(f"error: {config}: no such training config", file=sys.stderr)
+        sys.exit(2)
+    for key, value in sets.items():
+        node = cfg
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return cfg
+
+
+def _get(cfg: dict, dotted: str, default=None):
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def prepare(cfg: dict, out: Path) -> int:
+    if _get(cfg, "data.fail_prepare"):
+        print("preparing ...")
+        print("error: fake prepare failure (data.fail_prepare)", file=sys.stderr)
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "shard-0.bin").write_bytes(b"\0" * 64)
+    atomic_write_json(
+        out / "meta.json", {"seq_len": _get(cfg, "data.seq_len"), "profile": cfg.get("profile")}
+    )
+    return 0
+
+
+def train(cfg: dict, out: Path, liger: bool) -> int:
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    steps = int(_get(cfg, "training.steps", 10))
+    batch = int(_get(cfg, "training.batch_size", 1))
+    accum = int(_get(cfg, "training.accumulation_steps", 1))
+    seq = int(_get(cfg, "data.seq_len", 128))
+    fake = cfg.get("fake") or {}
+    if cfg.get("mode") == "offline":
+        cache = _get(cfg, "data.cache_dir")
+        if not cache or not (Path(cache) / "meta.json").exists():
+            print(f"error: offline mode needs data.cache_dir with meta.json, got {cache!r}", file=sys.stderr)
+            return 2
+    out.mkdir(parents=True, exist_ok=True)
+    run = {
+        "status": "running",
+        "reason": None,
+        "arm": "liger" if liger else "baseline",
+        "start_time": _now(),
+        "end_time": None,
+        "world_size": world,
+        "config": cfg,
+        "liger": {"enabled": liger, "scope": "draft", "version": None},
+        "objective": "fake",
+        "provenance": {"hostname": os.uname().nodename, "gpu_names": [], "gpu_count": 0},
+    }
+    if rank == 0:
+        atomic_write_json(out / "run.json", run)
+    if fake.get("spawn_child"):
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    hang_at = fake.get("hang_at_step") or (1 if fake.get("hang") else None)
+    sleep = float(fake.get("step_sleep", 0.02))
+    samples = batch * accum * world
+    for step in range(1, steps + 1):
+        if step == fake.get("crash_at_step"):
+            raise RuntimeError(f"fake crash at step {step}")
+        if step == hang_at:
+            print(f"hanging at step {step}", flush=True)
+            time.sleep(3600)
+        if fake.get("oom") and step == 2:
+            print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+            if rank == 0:
+                atomic_write_json(
+                    out / "run.json",
+                    {**run, "status": "oom", "reason": "CUDA out of memory", "end_time": _now()},
+                )
+            return 3
+        if fake.get("raw_oom") and step == 2:
+            print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+            print("fatal: giving up", flush=True)
+            return 1
+        t0 = time.perf_counter()
+        time.sleep(sleep)
+        dt = time.perf_counter() - t0
+        if rank == 0:
+            append_jsonl(
+                out / "metrics.jsonl",
+                {
+                    "step": step,
+                    "loss": 10.0 * math.exp(-step / 20) + 1.0,
+                    "accuracy": min(0.9, 0.01 * step),
+                    "step_time_s": dt,
+                    "samples": samples,
+                    "tokens": samples * seq,
+                    "samples_per_s": samples / dt,
+                    "tokens_per_s": samples * seq / dt,
+                    "lr": 1e-4,
+                    "grad_norm": 1.0,
+                    "torch_peak_allocated_gib": 0.0,
+                    "torch_peak_reserved_gib": 0.0,
+                    "mfu": None,
+                },
+            )
+        print(f"step {step}/{steps} loss {10.0 * math.exp(-step / 20) + 1.0:.4f}", flush=True)
+    if rank == 0:
+        atomic_write_json(out / "run.json", {**run, "status": "ok", "end_time": _now()})
+    if fake.get("hang_at_exit"):
+        time.sleep(3600)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.fake_trainer")
+    p.add_argument("command", choices=["train", "prepare"])
+    p.add_argument("config")
+    p.add_argument("--set", action="append", default=[], dest="sets")
+    p.add_argument("--use-liger-kernel", action="store_true")
+    p.add_argument("--output-dir", required=True)
+    args = p.parse_args(argv)
+    cfg = _load(args.config, _parse_sets(args.sets))
+    if args.command == "prepare":
+        return prepare(cfg, Path(args.output_dir))
+    return train(cfg, Path(args.output_dir), args.use_liger_kernel)
+
+
+if __name__ == "__main__":
+    print(json.dumps(sys.argv[1:]), flush=True)
+    sys.exit(main())

@@ -1,0 +1,468 @@
+"""Sweep driver against the fake trainer (tests/fake_trainer.py): outcomes, refusals, resume."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench import driver
+from bench.__main__ import main
+from bench.fileio import atomic_write_text, read_json, read_jsonl
+from bench.sweep_config import load_config, plan
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_INFO = {"vendor": "none", "gpu_names": [], "gpu_count": 0, "kind": "cpu"}
+
+
+# ---------------------------------------------------------------- stand-ins for the other bench modules
+
+
+def fake_check_hardware(expected, info=None, config=None):
+    info = info or CPU_INFO
+    if {"cpu", "any", info.get("kind")} & set(expected):
+        return None
+    return f"this machine ({info.get('kind')}) is not one of: {', '.join(expected)}"
+
+
+class FakePoller:
+    def __init__(self, run_dir, interval_s=0.05, backend="auto"):
+        self.run_dir = Path(run_dir)
+
+    def start(self):
+        pass
+
+    def stop(self):
+        summary = {"backend": "none", "status": "unavailable", "reason": "no GPU", "devices": []}
+        driver.atomic_write_json(self.run_dir / "vram.json", summary)
+        return summary
+
+
+def fake_build_report(out_dir):
+    out_dir = Path(out_dir)
+    rows = []
+    for rdir in sorted((out_dir / "runs").iterdir()):
+        doc = read_json(rdir / "run.json") or {}
+        rows.append((rdir.name, doc.get("status")))
+    atomic_write_text(out_dir / "runs.csv", "run_id,status\n" + "".join(f"{r},{s}\n" for r, s in rows))
+    table = "| run | status |\n|---|---|\n" + "".join(f"| {r} | {s} |\n" for r, s in rows)
+    atomic_write_text(out_dir / "report.md", "# Report\n\n" + table + "\nnotes\n")
+    return {}
+
+
+def install_missing_stubs() -> None:
+    """For subprocess sweeps: stand in for bench modules that are not written yet (real ones win)."""
+    stubs = {
+        "bench.hardware": {"detect": lambda: dict(CPU_INFO), "check_hardware": fake_check_hardware},
+        "bench.vram": {"VramPoller": FakePoller},
+        "bench.report": {"build_report": fake_build_report},
+    }
+    for name, attrs in stubs.items():
+        if importlib.util.find_spec(name) is None:
+            mod = types.ModuleType(name)
+            mod.__dict__.update(attrs)
+            sys.modules[name] = mod
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    monkeypatch.chdir(REPO)  # `-m tests.fake_trainer` resolves from the repo root
+    monkeypatch.setattr(driver, "detect_hardware", lambda: dict(CPU_INFO))
+    monkeypatch.setattr(driver, "check_hardware", fake_check_hardware)
+    monkeypatch.setattr(driver, "make_poller", lambda run_dir, interval_s: FakePoller(run_dir, interval_s))
+    monkeypatch.setattr(driver, "build_report", fake_build_report)
+    monkeypatch.setattr(driver, "liger_skip_reason", lambda: driver.NO_GPU)
+    monkeypatch.setattr(driver, "KILL_GRACE_S", 2.0)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def train_configs(tmp: Path) -> dict[str, str]:
+    paths = {}
+    for mode in ("offline", "online"):
+        path = tmp / "train" / f"tiny-{mode}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "profile": "tiny",
+            "mode": mode,
+            "data": {"source": "synthetic"},
+            "training": {"accumulation_steps": 1, "num_anchors": 8},
+            "model": {"attention_backend": "sdpa"},
+        }
+        path.write_text(yaml.safe_dump(doc))
+        paths[mode] = str(path)
+    return paths
+
+
+def sweep_file(tmp: Path, cells: list[dict], name: str = "sweep.yaml", **top) -> Path:
+    doc = {
+        "name": "t",
+        "hardware": "cpu",
+        "trainer_module": "tests.fake_trainer",
+        "arms": ["baseline"],
+        "repeats": 1,
+        "steps": 4,
+        "warmup_steps": 1,
+        "timeout_s": 30,
+        "poll_interval_s": 0.05,
+        "cells": cells,
+        **top,
+    }
+    path = tmp / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def statuses(out: Path) -> dict[str, dict]:
+    return {p.name: read_json(p / "run.json") for p in sorted((out / "runs").iterdir())}
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def launched_groups(out: Path) -> list[int]:
+    recs = [read_json(p) for p in out.glob("runs/*/launch.json")] + [
+        read_json(p) for p in out.glob("cache/*.launch.json")
+    ]
+    return [r["pgid"] for r in recs if isinstance(r, dict) and "pgid" in r]
+
+
+# ---------------------------------------------------------------- commands
+
+
+def test_commands_single_process_and_torchrun(tmp_path):
+    tc = train_configs(tmp_path)
+    cells = [{"config": tc["offline"], "batch_size": 2, "seq_len": 128, "set": {"training.num_anchors": 16}}]
+    cfg = load_config(sweep_file(tmp_path, cells, arms=["baseline", "liger"], gpus_per_run=[1, 2]))
+    runs = plan(cfg)
+    base, liger = runs[0], runs[1]
+    cmd = driver.train_command(cfg, base, Path("out/runs/x"), Path("out/cache/k"))
+    assert cmd[:4] == [sys.executable, "-m", "tests.fake_trainer", "train"]
+    sets = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--set"]
+    assert sets == [
+        "training.steps=4",
+        "training.batch_size=2",
+        "data.seq_len=128",
+        "data.cache_dir=out/cache/k",
+        "model.use_liger_kernel=false",
+        "training.num_anchors=16",
+    ]
+    assert cmd[-2:] == ["--output-dir", "out/runs/x"] and "--use-liger-kernel" not in cmd
+    assert "--use-liger-kernel" in driver.train_command(cfg, liger, Path("r"), None)
+    g2 = next(r for r in runs if r.cell.gpus == 2)
+    cmd = driver.train_command(cfg, g2, Path("r"), None)
+    assert cmd[:7] == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--standalone",
+        "-m",
+    ]
+    multi = load_config(sweep_file(tmp_path, cells, name="m.yaml", nodes=2, rdzv_endpoint="node0:29400"))
+    cmd = driver.train_command(multi, plan(multi)[0], Path("r"), None)
+    assert cmd[3:13] == [
+        "--nproc-per-node",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "node0:29400",
+        "--rdzv-id",
+        plan(multi)[0].run_id,
+    ]
+
+
+def test_dry_run_prints_plan_and_writes_nothing(tmp_path, fakes, capsys):
+    tc = train_configs(tmp_path)
+    cells = [
+        {"config": tc["offline"], "batch_size": 2, "seq_len": 64},
+        {"config": tc["online"], "batch_size": 2, "seq_len": 64},
+    ]
+    cfg = sweep_file(tmp_path, cells, arms=["baseline", "liger"], repeats=2)
+    before = snapshot(tmp_path)
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+    ids = [r.run_id for r in plan(load_config(cfg))]
+    assert all(i in printed for i in ids) and printed.index(ids[0]) < printed.index(ids[1])
+    assert "prepare" in printed and "--output-dir" in printed and driver.NO_GPU in printed
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def test_hardware_mismatch_refused(tmp_path, fakes, monkeypatch, capsys):
+    tc = train_configs(tmp_path)
+    cfg = sweep_file(
+        tmp_path, [{"config": tc["online"], "batch_size": 1, "seq_len": 64}], hardware=["h100", "h200"]
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: this machine (cpu) is not one of: h100, h200\n" and not out.exists()
+
+
+def test_too_many_gpus_refused(tmp_path, fakes, monkeypatch, capsys):
+    tc = train_configs(tmp_path)
+    cell = {"config": tc["online"], "batch_size": 1, "seq_len": 64}
+    out = tmp_path / "out"
+    monkeypatch.setattr(driver, "detect_hardware", lambda: {**CPU_INFO, "kind": "h200", "gpu_count": 1})
+    assert (
+        main(["sweep", str(sweep_file(tmp_path, [cell], hardware="h200", gpus_per_run=2)), "--out", str(out)])
+        == 2
+    )
+    assert "gpus_per_run: 2 GPUs per run, but this machine has 1" in capsys.readouterr().err
+    monkeypatch.setattr(driver, "detect_hardware", lambda: dict(CPU_INFO))
+    assert main(["sweep", str(sweep_file(tmp_path, [cell], gpus_per_run=3)), "--out", str(out)]) == 2
+    assert "expected at most 2 (gloo)" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_existing_sweep_needs_resume_or_force(tmp_path, fakes, capsys):
+    tc = train_configs(tmp_path)
+    cfg = sweep_file(tmp_path, [{"config": tc["online"], "batch_size": 1, "seq_len": 64}])
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 0
+    before = snapshot(out)
+    capsys.readouterr()
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--resume" in err and "--force" in err and "OUT=" in err
+    assert snapshot(out) == before
+    # --resume with a changed config names the keys that differ, and changes nothing
+    changed = sweep_file(
+        tmp_path, [{"config": tc["online"], "batch_size": 2, "seq_len": 64}], name="changed.yaml", steps=5
+    )
+    assert main(["sweep", str(changed), "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "cells[0].batch_size, steps differ" in err and err.count("\n") == 1
+    assert snapshot(out) == before
+    # --resume of a finished sweep runs nothing and rebuilds the report
+    assert main(["sweep", str(cfg), "--out", str(out), "--resume"]) == 0
+    assert "1 of 1 runs already finished" in capsys.readouterr().out
+    assert read_json(out / "runs" / "tiny_online_bs1_s64_baseline_r1" / "run.json")["status"] == "ok"
+    assert len(read_json(out / "sweep.json")["resumes"]) == 1
+
+
+def test_report_and_compare_bad_input(tmp_path, fakes, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no runs/ directory" in capsys.readouterr().err
+    assert main(["compare", str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- a sweep with every outcome
+
+
+def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path, fakes, capsys):
+    tc = train_configs(tmp_path)
+
+    def cell(label, **fake):
+        return {
+            "config": tc["online"],
+            "batch_size": 1,
+            "seq_len": 64,
+            "label": label,
+            "set": {f"fake.{k}": v for k, v in fake.items()},
+        }
+
+    cells = [
+        cell("crash", crash_at_step=3),
+        cell("oom", oom=True),
+        cell("rawoom", raw_oom=True),
+        {**cell("hang", hang_at_step=3, spawn_child=True), "timeout_s": 1.5},
+        {"config": tc["offline"], "batch_size": 1, "seq_len": 64, "set": {"data.fail_prepare": True}},
+        {"config": tc["offline"], "batch_size": 2, "seq_len": 32},
+        {"config": tc["offline"], "batch_size": 4, "seq_len": 32},
+        cell("ok", step_sleep=0.01),
+        {**cell("hangexit", hang_at_exit=True), "timeout_s": 1.5},
+    ]
+    out = tmp_path / "out"
+    assert (
+        main(["sweep", str(sweep_file(tmp_path, cells, arms=["baseline", "liger"])), "--out", str(out)]) == 0
+    )
+    runs = statuses(out)
+    base = {k[: -len("_baseline_r1")]: v for k, v in runs.items() if k.endswith("_baseline_r1")}
+    assert base["tiny_online_bs1_s64_crash"]["status"] == "error"
+    assert base["tiny_online_bs1_s64_crash"]["reason"] == "RuntimeError: fake crash at step 3 (exit code 1)"
+    assert base["tiny_online_bs1_s64_oom"]["status"] == "oom"  # the trainer's own record (exit 3)
+    assert base["tiny_online_bs1_s64_rawoom"]["status"] == "oom"  # found in the log
+    assert "CUDA out of memory" in base["tiny_online_bs1_s64_rawoom"]["reason"]
+    hang = base["tiny_online_bs1_s64_hang"]
+    assert hang["status"] == "timeout" and hang["reason"] == "timed out after 1.5 s at step 2/4"
+    assert hang["config"]  # the trainer's run.json fields are kept
+    failed = base["tiny_offline_bs1_s64"]
+    assert failed == failed | {
+        "status": "error",
+        "reason": "cache prepare failed: error: fake prepare failure (data.fail_prepare)",
+    }
+    assert base["tiny_offline_bs2_s32"]["status"] == "ok" and base["tiny_online_bs1_s64_ok"]["status"] == "ok"
+    hung_at_exit = base["tiny_online_bs1_s64_hangexit"]  # finished, then hung: the result stands
+    assert hung_at_exit["status"] == "ok" and "after recording its end status" in hung_at_exit["driver_note"]
+    # the two offline cells with the same profile and seq_len share one cache, prepared once
+    caches = {
+        read_json(out / "runs" / f"tiny_offline_bs{b}_s32_baseline_r1" / "cell.json")["cache_dir"]
+        for b in (2, 4)
+    }
+    assert len(caches) == 1 and [p.name for p in (out / "cache").glob("tiny_s32_*.log")] != []
+    assert len(list((out / "cache").glob("tiny_s32_*.launch.json"))) == 1
+    for rid, doc in runs.items():
+        if rid.endswith("_liger_r1"):
+            assert doc == {**doc, "status": "skipped", "reason": driver.NO_GPU, "arm": "liger"}
+            assert (out / "runs" / rid / "cell.json").exists() and not (
+                out / "runs" / rid / "stdout.log"
+            ).exists()
+    cell_json = read_json(out / "runs" / "tiny_offline_bs2_s32_baseline_r1" / "cell.json")
+    assert cell_json["command"][-1] == str(out / "runs" / "tiny_offline_bs2_s32_baseline_r1")
+    assert cell_json["cache_dir"] and cell_json["order_index"] == 10 and cell_json["num_anchors"] == 8
+    assert {"run_id", "cell_id", "profile", "mode", "warmup_steps", "loss_tolerance", "gpus", "nodes"} <= set(
+        cell_json
+    )
+    for pgid in launched_groups(out):  # the hung run's grandchild died with its group
+        assert not driver.group_alive(pgid)
+    printed = capsys.readouterr().out
+    assert f"skipped 9 run(s): {driver.NO_GPU}" in printed
+    assert "report: " in printed and "| run | status |" in printed
+    sweep = read_json(out / "sweep.json")
+    assert sweep["order"] == [r.run_id for r in plan(load_config(tmp_path / "sweep.yaml"))]
+    assert sweep["hardware"] == CPU_INFO and sweep["argv"] and sweep["config"]["steps"] == 4
+
+
+def test_torchrun_runs_and_its_timeout_kills_every_rank(tmp_path, fakes):
+    tc = train_configs(tmp_path)
+    cell = {"config": tc["online"], "batch_size": 1, "seq_len": 32, "gpus_per_run": 2}
+    cells = [cell, {**cell, "label": "hang", "set": {"fake.hang_at_step": 2}, "timeout_s": 4}]
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_file(tmp_path, cells)), "--out", str(out)]) == 0
+    runs = statuses(out)
+    ok = runs["tiny_online_bs1_s32_g2_baseline_r1"]
+    assert ok["status"] == "ok" and ok["world_size"] == 2
+    assert read_json(out / "runs" / "tiny_online_bs1_s32_g2_baseline_r1" / "cell.json")["gpus"] == 2
+    hang = runs["tiny_online_bs1_s32_g2_hang_baseline_r1"]
+    assert hang["status"] == "timeout" and hang["reason"].startswith("timed out after 4 s")
+    for pgid in launched_groups(out):
+        assert not driver.group_alive(pgid)
+
+
+def test_liger_skip_reasons(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert driver.liger_skip_reason() == driver.NO_GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert driver.liger_skip_reason() == driver.NO_LIGER
+
+
+def test_keyboard_interrupt_stops_the_run_and_leaves_it_unfinished(tmp_path, fakes, monkeypatch, capsys):
+    tc = train_configs(tmp_path)
+    cfg = sweep_file(
+        tmp_path, [{"config": tc["online"], "batch_size": 1, "seq_len": 64, "set": {"fake.hang": True}}]
+    )
+
+    def interrupting_ticker(*args):
+        def tick():
+            raise KeyboardInterrupt
+
+        return tick
+
+    monkeypatch.setattr(driver, "_ticker", interrupting_ticker)
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 130
+    rdir = out / "runs" / "tiny_online_bs1_s64_baseline_r1"
+    assert not driver.is_finished(rdir) and "exit_code" not in read_json(rdir / "launch.json")
+    assert not driver.group_alive(read_json(rdir / "launch.json")["pgid"])
+    assert "--resume redoes it" in capsys.readouterr().err
+
+
+def test_force_starts_over_and_keeps_the_cache(tmp_path, fakes):
+    tc = train_configs(tmp_path)
+    cfg = sweep_file(tmp_path, [{"config": tc["offline"], "batch_size": 1, "seq_len": 64}])
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 0
+    rdir = out / "runs" / "tiny_offline_bs1_s64_baseline_r1"
+    (rdir / "marker").write_text("old")
+    (out / "summary.csv").write_text("old")
+    cache = next(p for p in (out / "cache").iterdir() if p.is_dir())
+    (cache / "marker").write_text("kept")
+    assert main(["sweep", str(cfg), "--out", str(out), "--force"]) == 0
+    assert not (rdir / "marker").exists() and read_json(rdir / "run.json")["status"] == "ok"
+    assert not (out / "summary.csv").exists() and (cache / "marker").exists()
+    assert main(["sweep", str(cfg), "--out", str(out), "--force", "--resume"]) == 2
+
+
+# ---------------------------------------------------------------- kill -9 of the driver, then --resume
+
+
+def bench_cmd(*args: str) -> list[str]:
+    if all(importlib.util.find_spec(m) for m in ("bench.hardware", "bench.vram", "bench.report")):
+        return [sys.executable, "-m", "bench", *args]
+    boot = "import runpy, tests.test_driver as t; t.install_missing_stubs(); runpy.run_module('bench', run_name='__main__', alter_sys=True)"
+    return [sys.executable, "-c", boot, *args]
+
+
+def test_kill_dash_9_then_resume(tmp_path):
+    tc = train_configs(tmp_path)
+    fake = {"fake.step_sleep": 0.1, "fake.spawn_child": True}
+    cells = [
+        {"config": tc["offline"], "batch_size": 2, "seq_len": 32, "set": fake},
+        {"config": tc["online"], "batch_size": 2, "seq_len": 32, "set": fake},
+    ]
+    cfg = sweep_file(tmp_path, cells, arms=["baseline", "liger"], repeats=3, steps=8)
+    out = tmp_path / "out"
+    planned = [r.run_id for r in plan(load_config(cfg))]
+    launched = [r for r in planned if "_baseline_" in r]
+    log = open(tmp_path / "first.log", "wb")
+    proc = subprocess.Popen(bench_cmd("sweep", str(cfg), "--out", str(out)), cwd=REPO, stdout=log, stderr=log)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:  # wait for two finished runs and a third in flight
+            finished = [r for r in launched if driver.is_finished(out / "runs" / r)]
+            in_flight = [
+                r for r in launched if (out / "runs" / r / "metrics.jsonl").exists() and r not in finished
+            ]
+            if len(finished) >= 2 and in_flight:
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("the sweep did not get going: " + (tmp_path / "first.log").read_text()[-2000:])
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not all(driver.is_finished(out / "runs" / r) for r in planned)
+    res = subprocess.run(
+        bench_cmd("sweep", str(cfg), "--out", str(out), "--resume"), cwd=REPO, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "left running by an earlier driver" in res.stdout  # the orphaned grandchild was stopped
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(planned)
+    for rid in planned:
+        rdir = out / "runs" / rid
+        assert driver.is_finished(rdir), rid
+        doc = read_json(rdir / "run.json")
+        assert doc["status"] == ("ok" if rid in launched else "skipped"), (rid, doc)
+        if rid in launched:
+            assert [m["step"] for m in read_jsonl(rdir / "metrics.jsonl")] == list(range(1, 9))
+    with open(out / "runs.csv") as f:
+        ids = [row["run_id"] for row in csv.DictReader(f)]
+    assert sorted(ids) == sorted(planned)
+    for pgid in launched_groups(out):
+        assert not driver.group_alive(pgid)
+    assert len(read_json(out / "sweep.json")["resumes"]) == 1

@@ -1,0 +1,263 @@
+"""Sweep config validation, grid expansion and run order (no processes launched)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.__main__ import main
+from bench.sweep_config import SweepError, diff_resolved, format_set_value, load_config, plan
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_train(tmp: Path, name: str, profile: str = "tiny", mode: str = "offline", **extra) -> Path:
+    path = tmp / "train" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"profile": profile, "mode": mode, **extra}))
+    return path
+
+
+def write_sweep(tmp: Path, doc: dict, name: str = "sweep.yaml") -> Path:
+    path = tmp / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def base(tmp_path) -> dict:
+    off = write_train(
+        tmp_path,
+        "off",
+        training={"accumulation_steps": 4, "num_anchors": 64},
+        model={"attention_backend": "sdpa"},
+        data={"source": "synthetic"},
+    )
+    on = write_train(tmp_path, "on", mode="online")
+    return {
+        "name": "t",
+        "hardware": "cpu",
+        "trainer_module": "tests.fake_trainer",
+        "arms": ["baseline", "liger"],
+        "repeats": 3,
+        "steps": 10,
+        "warmup_steps": 2,
+        "cells": [
+            {
+                "config": str(off),
+                "batch_size": [1, 2],
+                "seq_len": [128, 256],
+                "set": {"training.num_anchors": 8},
+            },
+            {"config": str(on), "batch_size": 2, "seq_len": 128, "gpus_per_run": 2},
+        ],
+    }
+
+
+def test_grid_expansion_and_cell_fields(tmp_path, base):
+    cfg = load_config(write_sweep(tmp_path, base))
+    ids = [c.cell_id for c in cfg.cells]
+    assert ids == [
+        "tiny_offline_bs1_s128",
+        "tiny_offline_bs1_s256",
+        "tiny_offline_bs2_s128",
+        "tiny_offline_bs2_s256",
+        "tiny_online_bs2_s128_g2",
+    ]
+    first = cfg.cells[0]
+    assert (first.accumulation_steps, first.num_anchors, first.attention_backend) == (4, 8, "sdpa")
+    assert (first.steps, first.warmup_steps, first.gpus) == (10, 2, 1)
+    assert cfg.out == "results/t" and cfg.timeout_s == 600 and cfg.order == "interleaved"
+    runs = plan(cfg)
+    assert len(runs) == 5 * 2 * 3
+    assert len({r.run_id for r in runs}) == len(runs)
+    assert runs[0].run_id == "tiny_offline_bs1_s128_baseline_r1"
+    assert [r.order_index for r in runs] == list(range(len(runs)))
+    # offline caches are shared by arms and batch sizes, not by sequence lengths
+    keys = {c.cache_key() for c in cfg.cells if c.mode == "offline"}
+    assert len(keys) == 2
+
+
+def _pairs(runs):
+    return [runs[i : i + 2] for i in range(0, len(runs), 2)]
+
+
+def test_interleaved_order_alternates_arms(tmp_path, base):
+    runs = plan(load_config(write_sweep(tmp_path, base)))
+    arms = [r.arm for r in runs]
+    assert arms == ["baseline", "liger"] * (len(runs) // 2)
+    for a, b in _pairs(runs):  # each (cell, repeat) pair runs back to back
+        assert (a.cell, a.repeat) == (b.cell, b.repeat)
+    # never all A then all B; repeats come in rounds over every cell
+    half = len(arms) // 2
+    assert set(arms[:half]) == {"baseline", "liger"}
+    assert [r.repeat for r in runs[:10]] == [1] * 10
+
+
+def test_shuffled_order_is_reproducible(tmp_path, base):
+    base |= {"order": "shuffled", "order_seed": 7, "repeats": 5}
+    a = [r.run_id for r in plan(load_config(write_sweep(tmp_path, base)))]
+    b = [r.run_id for r in plan(load_config(write_sweep(tmp_path, base)))]
+    assert a == b
+    other = [r.run_id for r in plan(load_config(write_sweep(tmp_path, base | {"order_seed": 8})))]
+    assert other != a and sorted(other) == sorted(a)
+    runs = plan(load_config(write_sweep(tmp_path, base)))
+    for x, y in _pairs(runs):
+        assert (x.cell, x.repeat) == (y.cell, y.repeat) and {x.arm, y.arm} == {"baseline", "liger"}
+    firsts = {x.arm for x, _ in _pairs(runs)}
+    assert firsts == {"baseline", "liger"}  # the arm order really is randomised
+
+
+def test_single_baseline_arm_and_per_cell_overrides(tmp_path, base):
+    base["arms"] = ["baseline"]
+    base["cells"][1] |= {"steps": 30, "warmup_steps": 20, "timeout_s": 5}
+    cfg = load_config(write_sweep(tmp_path, base))
+    assert cfg.arms == ("baseline",)
+    last = cfg.cells[-1]
+    assert (last.steps, last.warmup_steps, last.timeout_s) == (30, 20, 5.0)
+    assert {r.arm for r in plan(cfg)} == {"baseline"}
+
+
+def test_arms_are_run_baseline_first(tmp_path, base):
+    base["arms"] = ["liger", "baseline"]
+    cfg = load_config(write_sweep(tmp_path, base))
+    assert plan(cfg)[0].arm == "baseline"
+
+
+def _bad(base: dict, tmp: Path) -> list[tuple[str, dict, str]]:
+    cell = base["cells"][0]
+    return [
+        ("unknown top key", base | {"stepz": 3}, "stepz: unknown key; did you mean 'steps'"),
+        ("unknown cell key", base | {"cells": [cell | {"batch": 2}]}, "cells[0].batch: unknown key"),
+        ("wrong type", base | {"repeats": "3"}, "repeats: expected an integer"),
+        ("bool for int", base | {"steps": True}, "steps: expected an integer"),
+        (
+            "float for int",
+            base | {"cells": [cell | {"batch_size": 1.5}]},
+            "cells[0].batch_size: expected a positive",
+        ),
+        ("warmup >= steps", base | {"warmup_steps": 10}, "warmup_steps: 10 leaves no steady-state steps"),
+        ("cell warmup >= steps", base | {"cells": [cell | {"steps": 2}]}, "cells[0].warmup_steps"),
+        ("repeats < 1", base | {"repeats": 0}, "repeats: expected a value >= 1"),
+        ("zero timeout", base | {"timeout_s": 0}, "timeout_s: expected a value > 0"),
+        ("poll too slow", base | {"poll_interval_s": 2.0}, "poll_interval_s: expected at most 1.0"),
+        ("bad order", base | {"order": "random"}, "order: expected one of interleaved, shuffled"),
+        (
+            "missing train config",
+            base | {"cells": [cell | {"config": "nope.yaml"}]},
+            "cells[0].config: no such",
+        ),
+        ("bad arm", base | {"arms": ["baseline", "fast"]}, "arms: unknown arm 'fast'"),
+        ("no baseline", base | {"arms": ["liger"]}, "arms: the baseline arm is missing"),
+        ("missing key", {k: v for k, v in base.items() if k != "steps"}, "steps: missing"),
+        ("empty cells", base | {"cells": []}, "cells: expected a non-empty list"),
+        ("nodes without rdzv", base | {"nodes": 2}, "rdzv_endpoint: required when nodes > 1"),
+        (
+            "driver key in set",
+            base | {"cells": [cell | {"set": {"training.steps": 5}}]},
+            "set.training.steps",
+        ),
+        ("non-scalar set", base | {"cells": [cell | {"set": {"a.b": [1]}}]}, "set.a.b: expected a scalar"),
+        ("bad module", base | {"trainer_module": "x; rm -rf /"}, "trainer_module: expected a Python module"),
+        ("duplicate cells", base | {"cells": [cell, cell]}, "give one of them a distinct label"),
+        ("top-level list", [1, 2], "expected a mapping of sweep settings"),
+        (
+            "train config w/o mode",
+            base | {"cells": [cell | {"config": str(write_train(tmp, "nomode", mode="batch"))}]},
+            "needs a top-level 'mode'",
+        ),
+    ]
+
+
+def test_each_bad_config_names_the_key(tmp_path, base):
+    for what, doc, expected in _bad(base, tmp_path):
+        path = write_sweep(tmp_path, doc, name="bad.yaml")
+        with pytest.raises(SweepError) as err:
+            load_config(path)
+        msg = str(err.value)
+        assert expected in msg, f"{what}: {msg}"
+        assert "\n" not in msg and msg.startswith(str(path)), what
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SweepError, match=r"not valid YAML.*line"):
+        load_config(bad)
+    with pytest.raises(SweepError, match="no such sweep config file"):
+        load_config(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize("which", [0, 5, 11, 13])
+def test_cli_bad_config_exits_2_with_one_line(tmp_path, base, capsys, which):
+    _, doc, expected = _bad(base, tmp_path)[which]
+    path = write_sweep(tmp_path, doc, name="bad.yaml")
+    out = tmp_path / "out"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["sweep", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and expected in err and err.count("\n") == 1
+    assert "Traceback" not in err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_diff_resolved_names_keys(tmp_path, base):
+    a = load_config(write_sweep(tmp_path, base)).resolved
+    changed = base | {"steps": 12, "cells": [base["cells"][0] | {"batch_size": [4]}, base["cells"][1]]}
+    b = load_config(write_sweep(tmp_path, changed)).resolved
+    assert diff_resolved(a, b) == ["cells[0].batch_size", "steps"]
+    assert diff_resolved(a, a | {"out": "elsewhere"}) == []
+
+
+def test_format_set_value_round_trips_through_yaml():
+    values = [True, False, None, 3, 0.5, 1e-05, 2.5e-07, 1e20, float("inf"), "sdpa"]
+    assert [format_set_value(v) for v in values[:5]] == ["true", "false", "null", "3", "0.5"]
+    assert [yaml.safe_load(format_set_value(v)) for v in values] == values
+
+
+TRAIN_CONFIGS = ("tiny-offline", "tiny-online", "qwen3.5-4b-offline", "qwen3-8b-online")
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    """The shipped sweep configs, read against stand-in training configs (profile + mode)."""
+    (tmp_path / "configs").mkdir()
+    for name in TRAIN_CONFIGS:
+        mode = "online" if name.endswith("online") else "offline"
+        write_train(tmp_path / "configs", name, profile=name.rsplit("-", 1)[0], mode=mode)
+    for name in ("cpu", "h200", "a100", "mi355x"):
+        shutil.copy(REPO / "configs" / f"{name}.yaml", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    return lambda name: load_config(Path("configs") / f"{name}.yaml")
+
+
+def test_shipped_configs(shipped):
+    cpu = shipped("cpu")
+    assert cpu.hardware == ("cpu",) and cpu.out == "results/cpu"
+    assert [c.cell_id for c in cpu.cells] == ["tiny_offline_bs2_s128", "tiny_online_bs2_s128"]
+    assert len(plan(cpu)) == 8 and (cpu.steps, cpu.warmup_steps) == (12, 4)
+    h200 = shipped("h200")
+    assert set(h200.hardware) == {"h100", "h200"}
+    assert all(c.steps - c.warmup_steps >= 20 for c in h200.cells)
+    assert all(c.num_anchors == 512 for c in h200.cells)
+    # The 4B cell is the seeds' method (8 samples per step); the online 8B cell uses 2 micro-batches.
+    assert [c.accumulation_steps for c in h200.cells] == [4, 2]
+    a100 = shipped("a100")
+    assert all((c.batch_size, c.accumulation_steps, c.seq_len) == (1, 8, 2048) for c in a100.cells)
+    mi = shipped("mi355x")
+    assert set(mi.hardware) == {"mi300x", "mi355x"} and (mi.steps, mi.warmup_steps, mi.repeats) == (
+        200,
+        20,
+        3,
+    )
+    for cfg in (h200, a100, mi):
+        assert cfg.trainer_module == "specforge" and cfg.arms == ("baseline", "liger")
+
+
+def test_shipped_configs_against_real_training_configs(monkeypatch):
+    monkeypatch.chdir(REPO)
+    for name in ("cpu", "h200", "a100", "mi355x"):
+        assert plan(load_config(f"configs/{name}.yaml"))
