@@ -130,7 +130,14 @@ def run_sweep(
         _reap_stale(out_dir)
         if force:
             _clear_results(out_dir)
-        _write_sweep_json(cfg, runs, out_dir, info, previous, argv if argv is not None else sys.argv)
+        _write_sweep_json(
+            cfg,
+            runs,
+            out_dir,
+            info,
+            previous,
+            argv if argv is not None else ["python", "-m", "bench", *sys.argv[1:]],
+        )
         return _execute(cfg, runs, out_dir)
     finally:
         os.close(lock)

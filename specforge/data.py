@@ -13,12 +13,13 @@ embedding / LM head in ``head.safetensors``, and ``meta.json`` written last.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .config import ConfigError, DataConfig, Profile
 
@@ -26,10 +27,15 @@ CACHE_FORMAT = 1
 MEAN_RUN = 32  # mean length of a predictable run between random jumps
 
 
+@functools.lru_cache(maxsize=4)
+def _token_cycle(n: int, seed: int) -> torch.Tensor:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+
+
 def synthetic_sample(index: int, seq_len: int, vocab: int, reserved: int, seed: int) -> dict:
     """input_ids [S] int64 and loss_mask [S] uint8 for sample ``index``."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
-    cycle = torch.randperm(vocab - reserved, generator=torch.Generator().manual_seed(seed))
+    cycle = _token_cycle(vocab - reserved, seed)
     length = int(torch.randint(seq_len // 2, seq_len + 1, (1,), generator=gen))
     prompt = int(torch.randint(max(1, length // 10), max(2, (2 * length) // 5), (1,), generator=gen))
     jumps = torch.rand(length, generator=gen) < 1.0 / MEAN_RUN
@@ -178,29 +184,39 @@ def load_head(cache_dir: Path, device) -> tuple[torch.Tensor, torch.Tensor]:
     return t["embed"], t.get("lm_head", t["embed"])
 
 
+class EndlessSampler(Sampler):
+    """Seeded permutations of the dataset, epoch after epoch, this rank's share of each.
+
+    One iterator runs forever, so the DataLoader never stops and restarts its workers at an
+    epoch boundary (a restart stalls the step that crosses it).
+    """
+
+    def __init__(self, n: int, rank: int, world: int, seed: int):
+        self.n, self.rank, self.world, self.seed = n, rank, world, seed
+
+    def __iter__(self):
+        usable = self.n - self.n % self.world
+        epoch = 0
+        while True:
+            perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+            yield from perm[self.rank : usable : self.world]
+            epoch += 1
+
+
 def make_loader(
     dataset: Dataset, batch_size: int, seed: int, num_workers: int, rank: int, world: int, pin: bool
 ):
     """An endless iterator over batches in a seeded order (the same in both arms)."""
-    sampler = DistributedSampler(
-        dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True
-    )
-    if len(sampler) < batch_size:
+    if len(dataset) // world < batch_size:
         raise ConfigError(
             f"data.num_samples: {len(dataset)} samples over {world} rank(s) is fewer than one batch of {batch_size}"
         )
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=sampler,
+        sampler=EndlessSampler(len(dataset), rank, world, seed),
         num_workers=num_workers,
         pin_memory=pin,
-        drop_last=True,
-        persistent_workers=num_workers > 0,
         prefetch_factor=4 if num_workers > 0 else None,
     )
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yield from loader
-        epoch += 1
+    return iter(loader)

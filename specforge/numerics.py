@@ -14,6 +14,7 @@ import json
 import sys
 
 import torch
+import torch.nn.attention
 
 from . import objective
 from .config import load_profile
@@ -54,8 +55,11 @@ def _compare(name: str, base: torch.nn.Module, fused: torch.nn.Module, run, shap
     grad_out = torch.randn(out_b.shape, generator=gen, device=device)
     grads = []
     for m in (base.float(), fused.float()):
+        m.zero_grad(set_to_none=True)
         xi = x.clone().requires_grad_(True)
-        run(m, xi).backward(grad_out)
+        # Exact fp32 everywhere else: no TF32 matmuls, the math SDPA kernel.
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+            run(m, xi).backward(grad_out)
         grads.append({"input": xi.grad, **{n: p.grad for n, p in m.named_parameters()}})
     deltas = {n: (grads[0][n] - grads[1][n]).abs().max().item() for n in grads[0]}
     scale = max(g.abs().max().item() for g in grads[0].values())
@@ -162,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     report = {"liger_exactness": liger_exactness(args.profile, dev), "backend_parity": backend_parity(dev)}
     text = json.dumps(report, indent=2)
     print(text)
