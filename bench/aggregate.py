@@ -176,10 +176,7 @@ def vram_devices(vram: dict | None) -> pd.DataFrame:
 
 
 def _summarize_vram(vram: dict | None) -> dict[str, Any]:
-    """Busiest card's peak used, sum over cards, busiest delta over idle baseline, poller status.
-
-    Stand-in for bench.vram.summarize_vram (same keys).
-    """
+    """Busiest card's peak used, sum over cards, busiest delta over idle baseline, poller status."""
     dev = vram_devices(vram)
     return {
         "peak_vram_gib": dev["peak_used_gib"].max(),

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,30 +16,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from bench.aggregate import BASELINE_ARM, RunRecord
+from bench.fileio import atomic_write_bytes
 
 ARM_COLORS = {"baseline": "tab:blue", "liger": "tab:orange"}
 NO_VRAM_NOTE = "no VRAM data (CPU run / poller unavailable)"
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    # bench.fileio has text writers only; same temp-file-then-rename scheme for binary output.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _save(fig: Figure, path: str | Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    _atomic_write_bytes(Path(path), buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return Path(path)
 
 

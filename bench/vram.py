@@ -11,7 +11,6 @@ module imports anywhere.
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from pathlib import Path
@@ -369,26 +368,3 @@ class VramPoller:
             next_sample += self.interval_s
             if self._stop_event.wait(max(0.0, next_sample - time.monotonic())):
                 return
-
-
-def summarize_vram(vram_json: dict | None) -> dict:
-    """Busiest card's peak, sum of per-card peaks, largest per-card delta and the status.
-
-    NaN numbers when the poller was unavailable (or ``vram_json`` is None).
-    """
-    vram_json = vram_json or {}
-    status = vram_json.get("status") or "unavailable"
-    devices = vram_json.get("devices") or []
-
-    def values(key: str) -> list[float]:
-        return [float(d[key]) for d in devices if isinstance(d.get(key), (int, float))]
-
-    peaks, deltas = values("peak_used_gib"), values("peak_delta_gib")
-    nan = math.nan
-    ok = status == "ok" and bool(peaks)
-    return {
-        "peak_vram_gib": max(peaks) if ok else nan,
-        "peak_vram_sum_gib": round(sum(peaks), 3) if ok else nan,
-        "peak_vram_delta_gib": max(deltas) if ok and deltas else nan,
-        "vram_status": status,
-    }

@@ -56,6 +56,22 @@ class TargetArch:
     initializer_range: float = 0.02  # std of random weights (init: random)
 
 
+def hf_arch_kwargs(arch: DraftArch | TargetArch, max_positions: int) -> dict[str, Any]:
+    """Hugging Face config arguments shared by the draft's and the target's Qwen3 configs."""
+    return {
+        "vocab_size": arch.vocab_size,
+        "hidden_size": arch.hidden_size,
+        "intermediate_size": arch.intermediate_size,
+        "num_hidden_layers": arch.num_hidden_layers,
+        "num_attention_heads": arch.num_attention_heads,
+        "num_key_value_heads": arch.num_key_value_heads,
+        "head_dim": arch.head_dim,
+        "rms_norm_eps": arch.rms_norm_eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": arch.rope_theta},
+        "max_position_embeddings": max_positions,
+    }
+
+
 @dataclass
 class Profile:
     name: str

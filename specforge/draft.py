@@ -14,24 +14,11 @@ from transformers import Qwen3Config
 from transformers.models.qwen3 import modeling_qwen3
 
 from . import attention
-from .config import DraftArch
+from .config import DraftArch, hf_arch_kwargs
 
 
 def qwen3_config(arch: DraftArch, max_positions: int) -> Qwen3Config:
-    return Qwen3Config(
-        vocab_size=arch.vocab_size,
-        hidden_size=arch.hidden_size,
-        intermediate_size=arch.intermediate_size,
-        num_hidden_layers=arch.num_hidden_layers,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_key_value_heads,
-        head_dim=arch.head_dim,
-        rms_norm_eps=arch.rms_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": arch.rope_theta},
-        max_position_embeddings=max_positions,
-        hidden_act="silu",
-        attention_bias=False,
-    )
+    return Qwen3Config(**hf_arch_kwargs(arch, max_positions), hidden_act="silu", attention_bias=False)
 
 
 def rms_norm(dim: int, eps: float) -> nn.Module:

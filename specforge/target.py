@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import ConfigError, TargetArch, TargetConfig
+from .config import ConfigError, TargetArch, TargetConfig, hf_arch_kwargs
 
 
 @dataclass
@@ -32,17 +32,8 @@ def hf_config(arch: TargetArch, max_positions: int):
 
     return AutoConfig.for_model(
         arch.model_type,
-        vocab_size=arch.vocab_size,
-        hidden_size=arch.hidden_size,
-        intermediate_size=arch.intermediate_size,
-        num_hidden_layers=arch.num_hidden_layers,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_key_value_heads,
-        head_dim=arch.head_dim,
-        rms_norm_eps=arch.rms_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": arch.rope_theta},
+        **hf_arch_kwargs(arch, max_positions),
         tie_word_embeddings=arch.tie_word_embeddings,
-        max_position_embeddings=max_positions,
         initializer_range=arch.initializer_range,
     )
 

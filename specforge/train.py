@@ -82,7 +82,7 @@ def param_checksum(model: torch.nn.Module) -> str:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, profile: Profile, env: Env):
+    def __init__(self, cfg: TrainConfig, profile: Profile, env: Env, dataset):
         self.cfg, self.profile, self.env = cfg, profile, env
         self.dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
         self.target = None
@@ -126,18 +126,8 @@ class Trainer:
             fused=fused,
             foreach=None if fused else True,
         )
-        self.loader = self._make_loader()
-        self.anchor_gen = torch.Generator(device=env.device)
-
-    def _make_loader(self):
-        cfg, env = self.cfg, self.env
-        if self.cfg.mode == "offline":
-            feat = len(self.arch_t.capture_layer_ids) * self.arch_t.hidden_size
-            ds = data_mod.CacheDataset(cfg.data.cache_dir, cfg.data.seq_len, feat)
-        else:
-            ds = data_mod.TokenDataset(cfg.data, self.profile)
-        return data_mod.make_loader(
-            ds,
+        self.loader = data_mod.make_loader(
+            dataset,
             cfg.training.batch_size,
             cfg.data.seed,
             cfg.data.num_workers,
@@ -145,6 +135,7 @@ class Trainer:
             env.world,
             pin=env.device.type == "cuda",
         )
+        self.anchor_gen = torch.Generator(device=env.device)
 
     def sync(self) -> None:
         if self.env.device.type == "cuda":
@@ -216,6 +207,17 @@ class Trainer:
         return per_rank * self.env.world
 
 
+def make_dataset(cfg: TrainConfig, profile: Profile):
+    if cfg.mode == "offline":
+        if not cfg.data.cache_dir:
+            raise ConfigError(
+                "data.cache_dir: offline mode needs a prepared cache (python -m specforge prepare)"
+            )
+        feature_dim = len(profile.target.capture_layer_ids) * profile.target.hidden_size
+        return data_mod.CacheDataset(cfg.data.cache_dir, cfg.data.seq_len, feature_dim)
+    return data_mod.TokenDataset(cfg.data, profile)
+
+
 def _reduce(t: torch.Tensor, op) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(t, op=op)
@@ -236,12 +238,7 @@ def _one_line(e: BaseException) -> str:
 def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None = None) -> int:
     """Train, writing the run contract's files into out_dir. Returns the process exit code."""
     env = resolve_env(cfg)
-    if cfg.mode == "offline":
-        if not cfg.data.cache_dir:
-            raise ConfigError(
-                "data.cache_dir: offline mode needs a prepared cache (python -m specforge prepare)"
-            )
-        data_mod.read_cache_meta(Path(cfg.data.cache_dir))
+    dataset = make_dataset(cfg, profile)  # bad data or cache: a ConfigError before anything is written
     if env.world > 1 and not dist.is_initialized():
         if env.device.type == "cuda":
             torch.cuda.set_device(env.device)
@@ -268,7 +265,10 @@ def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None
         }
     )
     try:
-        return _train(cfg, profile, env, files, peak, started or time.time())
+        return _train(cfg, profile, env, files, peak, started or time.time(), dataset)
+    except ConfigError as e:  # found only once running (e.g. a target directory that fails to load)
+        files.finish("error", str(e))
+        raise
     except torch.OutOfMemoryError as e:
         files.finish("oom", _one_line(e))
         print(f"out of memory: {_one_line(e)}", file=sys.stderr, flush=True)
@@ -287,12 +287,12 @@ def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None
 
 
 def _train(
-    cfg: TrainConfig, profile: Profile, env: Env, files: RunFiles, peak: float | None, started: float
+    cfg: TrainConfig, profile: Profile, env: Env, files: RunFiles, peak: float | None, started: float, dataset
 ) -> int:
     tr = cfg.training
     t_start = time.perf_counter()
     torch.manual_seed(tr.seed)
-    trainer = Trainer(cfg, profile, env)
+    trainer = Trainer(cfg, profile, env, dataset)
     files.update(param_checksum=trainer.checksum, draft_module_types=trainer.module_types)
     log = print if env.rank == 0 else (lambda *a, **k: None)
     log(

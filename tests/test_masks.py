@@ -89,3 +89,30 @@ def test_flex_and_sdpa_same_output():
 )
 def test_flex_kernel_options_gate_on_version(version, expected):
     assert flex_kernel_options(version) == expected
+
+
+def test_flex_and_sdpa_same_loss_through_the_draft():
+    from specforge import objective
+    from specforge.config import load_profile
+    from specforge.draft import DFlashDraft
+
+    profile = load_profile("tiny")
+    draft = DFlashDraft(profile.draft, 2, profile.target.hidden_size, 512)
+    draft.init_weights(0)
+    gen = torch.Generator().manual_seed(5)
+    s = 96
+    ids = torch.randint(0, 500, (2, s), generator=gen)
+    mask = torch.ones(2, s, dtype=torch.uint8)
+    mask[1, 8:] = 0  # 7 valid anchor positions: padded blocks in sample 1
+    anchors, keep = objective.sample_anchors(mask, 12, gen)
+    blocks = objective.make_blocks(ids, mask, anchors, keep, profile.draft.block_size, 511, 7.0)
+    feats = torch.randn(2, s, 2 * profile.target.hidden_size, generator=gen)
+    head = torch.randn(512, profile.draft.hidden_size, generator=gen) * 0.15
+    noise = torch.nn.functional.embedding(blocks.noise_ids, head)
+    losses = {}
+    with torch.no_grad():
+        for backend in ("sdpa", "flex_attention"):
+            out = draft(feats, noise, anchors, keep, backend)
+            losses[backend] = objective.decayed_ce(out, head, blocks, 64)[0].item()
+    assert keep[1].sum() < 12
+    assert losses["sdpa"] == pytest.approx(losses["flex_attention"], abs=1e-5)

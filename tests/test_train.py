@@ -110,3 +110,15 @@ def test_fsdp2_two_processes_on_gloo(tmp_path, tiny_cache):
     assert len(rows) == 4 and rows[0]["samples"] == 2 * 2 * 2  # batch x accumulation x world
     run = json.loads((out / "run.json").read_text())
     assert run["world_size"] == 2 and run["status"] == "ok"
+
+
+def test_jsonl_token_records(tmp_path):
+    data = tmp_path / "data.jsonl"
+    rec = {"input_ids": [(7 * i) % 500 for i in range(100)], "loss_mask": [0] * 20 + [1] * 80}
+    data.write_text("\n".join(json.dumps(rec) for _ in range(4)) + "\n")
+    r = train(tmp_path / "j", "training.steps=2", "data.source=jsonl", f"data.path={data}", config=ONLINE)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(metrics(tmp_path / "j")) == 2
+    data.write_text(json.dumps({"input_ids": [1, 2, 99999]}) + "\n")
+    r = train(tmp_path / "bad", "data.source=jsonl", f"data.path={data}", config=ONLINE)
+    assert r.returncode == 2 and "outside [0, 512)" in r.stderr and not (tmp_path / "bad").exists()
