@@ -244,6 +244,30 @@ def _method(sweep: dict, records: list[RunRecord], runs: pd.DataFrame, summary: 
     ]
 
 
+def vram_crosscheck(runs: pd.DataFrame) -> list[str]:
+    """Polled peak vs the allocator's reserved peak: a poll below it means the poller missed the peak."""
+    both = runs[
+        (runs["status"] == "ok") & runs["peak_vram_gib"].notna() & runs["torch_peak_reserved_gib"].notna()
+    ]
+    if not len(both):
+        return []
+    gap = both["peak_vram_gib"] - both["torch_peak_reserved_gib"]
+    missed = both[gap < 0]
+    spread = (
+        f"{gap.min():.2f}"
+        if round(gap.min(), 2) == round(gap.max(), 2)
+        else f"{gap.min():.2f}–{gap.max():.2f}"
+    )
+    head = (
+        f"VRAM cross-check: the polled peak exceeds torch's reserved peak by {spread} GiB "
+        "(CUDA context and allocations outside PyTorch's allocator)"
+    )
+    if not len(missed):
+        return [head + " on every ok run.", ""]
+    names = ", ".join(missed["run_id"].astype(str))
+    return [head + f"; **below** it on {names}: the poller missed the peak (poll more often).", ""]
+
+
 def render_markdown(
     sweep: dict, sweep_dir: Path, records: list[RunRecord], tables: dict[str, pd.DataFrame]
 ) -> str:
@@ -254,6 +278,7 @@ def render_markdown(
     lines += _method(sweep, records, runs, summary) + ["", "## Results", ""]
     lines += main_table(summary, runs)
     lines += ["", "Means over ok runs; Δ columns are the arm vs the baseline arm of the same cell.", ""]
+    lines += vram_crosscheck(runs)
     lines += ["## Loss parity", ""]
     if len(parity):
         lines += parity_table(parity)

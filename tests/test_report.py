@@ -164,3 +164,27 @@ def test_plots_survive_empty_and_nan_inputs(tmp_path):
         plots.plot_step_time_dist([], tmp_path / "s.png"),
     ):
         assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_vram_crosscheck_flags_a_missed_peak():
+    import pandas as pd
+
+    from bench.report import vram_crosscheck
+
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c"],
+            "status": ["ok", "ok", "error"],
+            "peak_vram_gib": [30.0, 20.0, 5.0],
+            "torch_peak_reserved_gib": [28.5, 21.0, 9.0],
+        }
+    )
+    text = " ".join(vram_crosscheck(runs))
+    assert "**below** it on b" in text and "c" not in text.split("below")[1]
+    assert vram_crosscheck(runs.iloc[:1]) == [
+        "VRAM cross-check: the polled peak exceeds torch's reserved peak by 1.50 GiB (CUDA context and "
+        "allocations outside PyTorch's allocator) on every ok run.",
+        "",
+    ]
+    no_gpu = runs.assign(peak_vram_gib=float("nan"))
+    assert vram_crosscheck(no_gpu) == []
