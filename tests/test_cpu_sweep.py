@@ -1,0 +1,51 @@
+"""`make bench` on a machine without a GPU: the real CPU sweep, end to end."""
+
+import pandas as pd
+import pytest
+
+from bench.aggregate import LOSS_PARITY_COLUMNS, RUNS_COLUMNS, SUMMARY_COLUMNS, VRAM_PER_CARD_COLUMNS
+from bench.report import MAIN_TABLE_HEADER
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "cpu"
+    r = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, r
+
+
+def test_cpu_sweep_writes_every_result(sweep):
+    out, r = sweep
+    runs = pd.read_csv(out / "runs.csv")
+    assert list(runs.columns) == RUNS_COLUMNS
+    assert len(runs) == 8 and runs["run_id"].is_unique  # 2 cells x 2 arms x 2 repeats
+    assert (runs[runs.arm == "baseline"].status == "ok").all()
+    liger = runs[runs.arm == "liger"]
+    assert (liger.status == "skipped").all() and liger.reason.str.contains("need a CUDA or ROCm GPU").all()
+    ok = runs[runs.status == "ok"]
+    assert (ok.steps_total == 12).all() and (ok.steps_measured == 8).all() and (ok.samples_per_s > 0).all()
+    assert (ok.vram_status == "unavailable").all()  # no NVML / AMD SMI on a CPU machine
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary.columns) == SUMMARY_COLUMNS and len(summary) == 4
+    assert list(pd.read_csv(out / "loss_parity.csv").columns) == LOSS_PARITY_COLUMNS
+    assert list(pd.read_csv(out / "vram_per_card.csv").columns) == VRAM_PER_CARD_COLUMNS
+    for png in ("throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "report.md").read_text()
+    assert "| " + " | ".join(MAIN_TABLE_HEADER) + " |" in report
+    assert "Liger's Triton kernels need a CUDA or ROCm GPU" in report
+    assert "skipped" in r.stdout + r.stderr
+
+
+def test_finished_sweep_is_kept(sweep):
+    out, _ = sweep
+    before = (out / "runs.csv").read_text()
+    again = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out))
+    assert again.returncode == 2 and "--resume" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    resumed = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out), "--resume")
+    assert resumed.returncode == 0 and "8 of 8 runs already finished" in resumed.stdout
+    assert (out / "runs.csv").read_text() == before
