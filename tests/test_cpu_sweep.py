@@ -45,7 +45,9 @@ def test_finished_sweep_is_kept(sweep):
     out, _ = sweep
     before = (out / "runs.csv").read_text()
     again = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out))
-    assert again.returncode == 2 and "--resume" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    assert (
+        again.returncode == 2 and "--resume" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    )
     resumed = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out), "--resume")
     assert resumed.returncode == 0 and "8 of 8 runs already finished" in resumed.stdout
     assert (out / "runs.csv").read_text() == before
