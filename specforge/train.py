@@ -224,10 +224,16 @@ def _reduce(t: torch.Tensor, op) -> torch.Tensor:
     return t
 
 
-def _peak_memory(device: torch.device) -> tuple[float, float]:
+def _peak_memory(device: torch.device) -> tuple[float | None, float | None]:
+    """The allocator's peaks so far, max over ranks; None on the CPU (no such allocator)."""
     if device.type != "cuda":
-        return 0.0, 0.0
-    return torch.cuda.max_memory_allocated(device) / GIB, torch.cuda.max_memory_reserved(device) / GIB
+        return None, None
+    peaks = torch.tensor(
+        [torch.cuda.max_memory_allocated(device) / GIB, torch.cuda.max_memory_reserved(device) / GIB],
+        device=device,
+    )
+    alloc, reserved = _reduce(peaks, dist.ReduceOp.MAX).tolist()
+    return alloc, reserved
 
 
 def _one_line(e: BaseException) -> str:
@@ -323,7 +329,6 @@ def _train(
         stats = torch.stack([torch.stack(losses).mean().float(), torch.stack(accs).mean().float()])
         stats = _reduce(stats, dist.ReduceOp.SUM) / env.world
         alloc, reserved = _peak_memory(env.device)
-        mem = _reduce(torch.tensor([alloc, reserved], device=env.device), dist.ReduceOp.MAX)
         step_flops = trainer.step_flops(counts)
         flops_sum, flops_n = flops_sum + step_flops, flops_n + 1
         row = {
@@ -337,18 +342,18 @@ def _train(
             "tokens_per_s": samples * cfg.data.seq_len / dt,
             "lr": lr_at(step, cfg),
             "grad_norm": float(grad_norm),
-            "torch_peak_allocated_gib": mem[0].item(),
-            "torch_peak_reserved_gib": mem[1].item(),
+            "torch_peak_allocated_gib": alloc,
+            "torch_peak_reserved_gib": reserved,
             "model_tflops": step_flops / 1e12,
             "mfu": step_flops / dt / (peak * 1e12 * env.world) if peak else None,
         }
         files.step(row)
         if (step + 1) % tr.log_every == 0 or step + 1 == tr.steps:
             mfu = f" | mfu {row['mfu'] * 100:.1f}%" if row["mfu"] is not None else ""
+            mem = f" | mem {alloc:.2f}/{reserved:.2f} GiB" if alloc is not None else ""
             log(
                 f"step {step + 1}/{tr.steps} | loss {row['loss']:.4f} | acc {row['accuracy']:.3f} | "
-                f"{dt:.3f} s/step | {row['samples_per_s']:.2f} samples/s | "
-                f"mem {row['torch_peak_allocated_gib']:.2f}/{row['torch_peak_reserved_gib']:.2f} GiB{mfu}",
+                f"{dt:.3f} s/step | {row['samples_per_s']:.2f} samples/s{mem}{mfu}",
                 flush=True,
             )
     files.finish("ok", None, model_flops_per_step=flops_sum / max(1, flops_n))
