@@ -86,13 +86,14 @@ class DFlashDraft(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int, std: float = 0.02) -> None:
-        """Deterministic init from ``seed``, independent of module classes (same in both arms)."""
-        gen = torch.Generator(device="cpu").manual_seed(seed)
+        """Deterministic init from ``seed`` on the parameters' device, independent of module
+        classes (parameters are visited by name), so both arms start from the same weights."""
+        gen = torch.Generator(device=next(self.parameters()).device).manual_seed(seed)
         for name, p in sorted(self.named_parameters()):
             if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
                 p.fill_(1.0)
             else:
-                p.copy_(torch.randn(p.shape, generator=gen) * std)
+                p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * std)
 
     def forward(self, target_hidden, noise_embeds, anchors, keep, backend: str) -> torch.Tensor:
         """target_hidden [b, S, K*Ht], noise_embeds [b, N*B, H] -> hidden [b, N*B, H]."""
