@@ -21,8 +21,6 @@ OBJECTIVE = (
 
 @dataclass
 class Blocks:
-    anchors: torch.Tensor  # [b, N] long, sorted; 0 where padded
-    keep: torch.Tensor  # [b, N] bool
     noise_ids: torch.Tensor  # [b, N*B]: anchor token then MASK ids
     labels: torch.Tensor  # [b, N*B] long (0 where unscored)
     weights: torch.Tensor  # [b, N*B] float32, 0 where unscored
@@ -68,8 +66,6 @@ def make_blocks(
     noise = torch.full_like(pos, mask_token_id)
     noise[:, :, 0] = input_ids.gather(1, anchors)
     return Blocks(
-        anchors=anchors,
-        keep=keep,
         noise_ids=noise.flatten(1),
         labels=torch.where(scored, labels, torch.zeros_like(labels)).flatten(1),
         weights=weights.flatten(1),
