@@ -251,8 +251,9 @@ def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None
         dist.init_process_group(backend="nccl" if env.device.type == "cuda" else "gloo")
     files = RunFiles(out_dir, enabled=env.rank == 0)
     arm = "liger" if cfg.model.use_liger_kernel else "baseline"
-    prov = provenance.collect()
-    peak = cfg.training.peak_tflops or flops.peak_tflops(prov["gpu_names"][0] if prov["gpu_names"] else None)
+    prov = provenance.collect() if env.rank == 0 else {}  # only rank 0 writes run.json
+    device_name = torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else None
+    peak = cfg.training.peak_tflops or flops.peak_tflops(device_name)
     files.start(
         {
             "arm": arm,
