@@ -13,19 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
-from scipy import stats
 
+from bench import stats
 from bench.fileio import read_json, read_jsonl
 
 BASELINE_ARM = "baseline"
-LIGER_ARM = "liger"
 CONFIDENCE = 0.95
 
 METRIC_FIELDS = [
     "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s",
-    "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu",
+    "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu", "elapsed_s",
 ]  # fmt: skip
+# Read-only GPU state of the run's busiest card, sampled by the poller (vram.json): min/median/max.
+STATE_FIELDS = ["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"]
+STATE_COLUMNS = [f"{f}_{s}" for f in STATE_FIELDS for s in ("min", "median", "max")]
+STARTUP_COLUMNS = ["startup_s", "first_step_s", "to_first_measured_step_s", "compile_cache_warm"]
 
 CELL_COLUMNS = ["profile", "mode", "batch_size", "seq_len", "accumulation_steps", "num_anchors", "gpus"]
 PROVENANCE_COLUMNS = [
@@ -40,11 +44,11 @@ RUNS_COLUMNS = [
     "samples_per_s", "tokens_per_s", "mfu",
     "peak_vram_gib", "peak_vram_sum_gib", "peak_vram_delta_gib", "vram_status",
     "torch_peak_allocated_gib", "torch_peak_reserved_gib", "loss_last", "accuracy_last",
-    "start_time", "end_time", *PROVENANCE_COLUMNS,
+    *STARTUP_COLUMNS, *STATE_COLUMNS, "start_time", "end_time", *PROVENANCE_COLUMNS,
 ]  # fmt: skip
 RUNS_TEXT_COLUMNS = {
     "run_id", "cell_id", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
-    "start_time", "end_time", *PROVENANCE_COLUMNS,
+    "start_time", "end_time", "compile_cache_warm", *PROVENANCE_COLUMNS,
 } - {"gpu_count"}  # fmt: skip
 
 SUMMARY_PROVENANCE_COLUMNS = ["hostname", "gpu_name", "torch_version", "liger_version", "git_commit"]
@@ -54,16 +58,18 @@ SUMMARY_COLUMNS = [
     "tokens_per_s_mean", "s_per_step_mean", "s_per_step_median", "s_per_step_ci95_low", "s_per_step_ci95_high",
     "peak_vram_gib", "peak_vram_gib_max", "torch_peak_allocated_gib", "torch_peak_reserved_gib",
     "mfu_mean", "loss_last_mean",
-    "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
+    "n_pairs", "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
+    "delta_samples_per_s_halfwidth_pct", "delta_samples_per_s_pct_per_pair",
+    "precision_target_pct", "pairs_planned", "pairs_wanted", "hit_pair_cap",
     "delta_peak_vram_gib", "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high",
     "delta_peak_vram_pct", "delta_torch_peak_allocated_gib",
     "verdict_speed", "verdict_memory", "ci_method", *SUMMARY_PROVENANCE_COLUMNS,
 ]  # fmt: skip
 
 LOSS_PARITY_COLUMNS = [
-    "cell_id", "profile", "mode", "batch_size", "seq_len", "gpus", "repeat", "steps_compared",
+    "cell_id", "profile", "mode", "batch_size", "seq_len", "gpus", "arm", "repeat", "steps_compared",
     "max_abs_delta", "max_abs_delta_step", "last_step", "last_step_abs_delta",
-    "loss_last_baseline", "loss_last_liger", "tolerance", "criterion", "passed",
+    "loss_last_baseline", "loss_last_arm", "tolerance", "criterion", "passed",
 ]  # fmt: skip
 PARITY_CRITERION = "last_step_abs_delta <= tolerance"
 
@@ -134,19 +140,22 @@ def _load_metrics(path: Path) -> pd.DataFrame:
     return df.drop_duplicates("step", keep="last").sort_values("step").reset_index(drop=True)
 
 
+def load_run(d: Path) -> RunRecord:
+    """The record of one run directory."""
+    return RunRecord(
+        run_dir=d,
+        cell=read_json(d / "cell.json") or {},
+        run=read_json(d / "run.json") or {},
+        metrics=_load_metrics(d / "metrics.jsonl"),
+        vram=read_json(d / "vram.json"),
+    )
+
+
 def load_runs(sweep_dir: str | Path) -> list[RunRecord]:
     """One record per directory under ``<sweep_dir>/runs``, in run order (order_index, run_id)."""
     runs_dir = Path(sweep_dir) / "runs"
-    records = [
-        RunRecord(
-            run_dir=d,
-            cell=read_json(d / "cell.json") or {},
-            run=read_json(d / "run.json") or {},
-            metrics=_load_metrics(d / "metrics.jsonl"),
-            vram=read_json(d / "vram.json"),
-        )
-        for d in (sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else [])
-    ]
+    dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
+    records = [load_run(d) for d in dirs]
     return sorted(records, key=lambda r: (_num(r.cell.get("order_index"), math.inf), r.run_id))
 
 
@@ -176,13 +185,39 @@ def vram_devices(vram: dict | None) -> pd.DataFrame:
 
 
 def _summarize_vram(vram: dict | None) -> dict[str, Any]:
-    """Busiest card's peak used, sum over cards, busiest delta over idle baseline, poller status."""
+    """Busiest card's peak used, sum over cards, busiest delta over idle baseline, poller status,
+    and the busiest card's clocks, temperature and power (min/median/max over the run)."""
     dev = vram_devices(vram)
-    return {
+    out = {
         "peak_vram_gib": dev["peak_used_gib"].max(),
         "peak_vram_sum_gib": dev["peak_used_gib"].sum(min_count=1),
         "peak_vram_delta_gib": dev["peak_delta_gib"].max(),
         "vram_status": "missing" if vram is None else str(vram.get("status") or "unknown"),
+    }
+    devices = [d for d in (vram or {}).get("devices") or [] if isinstance(d, dict)]
+    if devices:
+        busiest = max(devices, key=lambda d: _num(d.get("peak_delta_gib"), -math.inf))
+        state = busiest.get("state") or {}
+        for f in STATE_FIELDS:
+            stat = state.get(f) if isinstance(state.get(f), dict) else {}
+            for k in ("min", "median", "max"):
+                out[f"{f}_{k}"] = _num(stat.get(k))
+    return out
+
+
+def _startup(rec: RunRecord) -> dict[str, Any]:
+    """Startup costs: process start -> first step (trainer), step 1, and process start -> the first
+    measured step (end of the last warm-up step, from metrics' elapsed_s); whether the compile cache was warm."""
+    m, w = rec.metrics, rec.warmup_steps
+    first = m.loc[m["step"] == 1, "step_time_s"]
+    at_w = m.loc[m["step"] == w, "elapsed_s"] if w > 0 else pd.Series(dtype=float)
+    startup = _num(rec.run.get("startup_s"))
+    warm = (rec.cell.get("compile_cache") or {}).get("warm")
+    return {
+        "startup_s": startup,
+        "first_step_s": first.iloc[0] if len(first) else NAN,
+        "to_first_measured_step_s": at_w.iloc[0] if len(at_w) else (startup if w == 0 else NAN),
+        "compile_cache_warm": None if warm is None else str(bool(warm)).lower(),
     }
 
 
@@ -238,6 +273,7 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         "warmup_steps": rec.warmup_steps,
         "steps_measured": len(steady),
         **_summarize_vram(rec.vram),
+        **_startup(rec),
         "torch_peak_allocated_gib": m["torch_peak_allocated_gib"].max(),
         "torch_peak_reserved_gib": m["torch_peak_reserved_gib"].max(),
         "start_time": rec.run.get("start_time"),
@@ -282,49 +318,8 @@ def mean_ci(values: pd.Series) -> tuple[float, float, float, float]:
     if n < 2:
         return mean, NAN, NAN, NAN
     std = float(v.std())
-    half = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * std / math.sqrt(n)
+    half = stats.t_quantile(n - 1) * std / math.sqrt(n)
     return mean, std, mean - half, mean + half
-
-
-def delta_ci(base: pd.Series, other: pd.Series, paired: bool, relative: bool) -> tuple[float, float, float]:
-    """Point estimate and 95% CI of ``other - base`` (series indexed by repeat).
-
-    Paired: per-repeat differences (relative: 100*(other_i/base_i - 1)) with a t-interval.
-    Welch: difference of means with Welch's t-interval (relative: divided by the baseline mean).
-    """
-    base, other = base.dropna(), other.dropna()
-    if paired:
-        common = base.index.intersection(other.index)
-        b, o = base[common], other[common]
-        d = 100 * (o / b - 1) if relative else o - b
-        mean, _, lo, hi = mean_ci(d)
-        return mean, lo, hi
-    if base.empty or other.empty:
-        return NAN, NAN, NAN
-    scale = 100 / base.mean() if relative else 1.0
-    diff = other.mean() - base.mean()
-    if len(base) < 2 or len(other) < 2:
-        return diff * scale, NAN, NAN
-    vb, vo = base.var() / len(base), other.var() / len(other)
-    se = math.sqrt(vb + vo)
-    dof = (vb + vo) ** 2 / (vb**2 / (len(base) - 1) + vo**2 / (len(other) - 1)) if se > 0 else 1.0
-    half = stats.t.ppf(0.5 + CONFIDENCE / 2, dof) * se
-    return diff * scale, (diff - half) * scale, (diff + half) * scale
-
-
-def verdict(
-    point: float, lo: float, hi: float, words: tuple[str, str], no_data: str = "n/a (no data)"
-) -> str:
-    """words[0] when the CI lies above 0, words[1] when below, else no significant difference."""
-    if math.isnan(point):
-        return no_data
-    if math.isnan(lo) or math.isnan(hi):
-        return "n/a (<2 repeats)"
-    if lo > 0:
-        return words[0]
-    if hi < 0:
-        return words[1]
-    return "no significant difference"
 
 
 def _first(s: pd.Series) -> Any:
@@ -342,37 +337,121 @@ def _by_repeat(ok: pd.DataFrame, col: str) -> pd.Series:
     return ok.drop_duplicates("repeat", keep="last").set_index("repeat")[col]
 
 
-def _deltas(base_ok: pd.DataFrame, ok: pd.DataFrame) -> dict[str, Any]:
-    """Columns comparing one arm's ok runs with the baseline's ok runs of the same cell."""
+def log_ratios(base_ok: pd.DataFrame, ok: pd.DataFrame) -> pd.Series:
+    """Per pair (repeat) where both runs are ok: ln(arm samples/s / baseline samples/s)."""
+    b, o = _by_repeat(base_ok, "samples_per_s"), _by_repeat(ok, "samples_per_s")
+    common = b.index.intersection(o.index)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lr = np.log(o[common].astype(float) / b[common].astype(float))
+    return lr[np.isfinite(lr)].sort_index()
+
+
+def _pilot_decision(lr: pd.Series, target: dict) -> stats.SteinDecision:
+    pilot = lr[lr.index <= target["min_pairs"]]
+    return stats.stein_pairs(
+        list(pilot), target["ci_halfwidth_pct"], target["min_pairs"], target["max_pairs"]
+    )
+
+
+def stein_decisions(runs_df: pd.DataFrame, targets: dict[str, dict]) -> dict[str, stats.SteinDecision]:
+    """Per cell with a precision target: how many pairs Stein's rule asks for after the pilot.
+
+    Every non-baseline arm of the cell is judged from its own pilot log-ratios; the cell runs
+    as many pairs as its most demanding arm needs. Arms with no usable pilot pair (e.g. a
+    skipped Liger arm) do not extend the cell.
+    """
+    df = runs_df.reindex(columns=RUNS_COLUMNS)
+    ok = df[df["status"] == "ok"]
+    out: dict[str, stats.SteinDecision] = {}
+    for cell_id, target in targets.items():
+        cell_ok = ok[ok["cell_id"] == cell_id]
+        base = cell_ok[cell_ok["arm"] == BASELINE_ARM]
+        arms = [a for a in dict.fromkeys(df.loc[df["cell_id"] == cell_id, "arm"]) if a != BASELINE_ARM]
+        decisions = [_pilot_decision(log_ratios(base, cell_ok[cell_ok["arm"] == a]), target) for a in arms]
+        usable = [d for d in decisions if d.pilot_sd is not None]
+        if usable:
+            out[cell_id] = max(usable, key=lambda d: d.wanted)
+        else:
+            out[cell_id] = stats.stein_pairs(
+                [], target["ci_halfwidth_pct"], target["min_pairs"], target["max_pairs"]
+            )
+    return out
+
+
+def _deltas(
+    base_ok: pd.DataFrame, ok: pd.DataFrame, target: dict | None, equivalence_pct: float
+) -> dict[str, Any]:
+    """Columns comparing one arm's ok runs with the baseline's ok runs of the same cell.
+
+    Δ samples/s: ratio of geometric means over pairs, t-interval on the per-pair log-ratios
+    (Stein's interval with the pilot's spread when the cell has a precision target); runs of
+    the two arms that share no pair fall back to Welch's interval on log throughput.
+    """
     if ok.empty:
         return {"verdict_speed": "n/a (no ok runs)", "verdict_memory": "n/a (no ok runs)"}
     if base_ok.empty:
         return {"verdict_speed": "n/a (no ok baseline)", "verdict_memory": "n/a (no ok baseline)"}
-    paired = set(base_ok["repeat"]) == set(ok["repeat"])
-    sps = delta_ci(_by_repeat(base_ok, "samples_per_s"), _by_repeat(ok, "samples_per_s"), paired, True)
-    vram = delta_ci(_by_repeat(base_ok, "peak_vram_gib"), _by_repeat(ok, "peak_vram_gib"), paired, False)
+    min_pairs = target["min_pairs"] if target else 3
+    lr = log_ratios(base_ok, ok)
+    row: dict[str, Any] = {}
+    if len(lr):
+        decision = _pilot_decision(lr, target) if target else None
+        if decision is not None and decision.pilot_sd is not None:
+            sps = stats.paired_log_delta(list(lr), decision.pilot_sd, decision.pilot_df)
+        else:
+            sps = stats.paired_log_delta(list(lr))
+        if decision is not None:
+            row.update(
+                precision_target_pct=target["ci_halfwidth_pct"],
+                pairs_planned=decision.pairs,
+                pairs_wanted=decision.wanted,
+                hit_pair_cap=decision.capped,
+            )
+    else:
+        sps = stats.welch_log_delta(
+            list(base_ok["samples_per_s"].dropna()), list(ok["samples_per_s"].dropna())
+        )
+    b_vram, o_vram = _by_repeat(base_ok, "peak_vram_gib"), _by_repeat(ok, "peak_vram_gib")
+    common = b_vram.index.intersection(o_vram.index)
+    vram = stats.paired_abs_delta(list(b_vram[common]), list(o_vram[common]))
     base_vram = base_ok["peak_vram_gib"].mean()
-    return {
-        "delta_samples_per_s_pct": sps[0],
-        "delta_samples_per_s_pct_ci95_low": sps[1],
-        "delta_samples_per_s_pct_ci95_high": sps[2],
-        "delta_peak_vram_gib": vram[0],
-        "delta_peak_vram_gib_ci95_low": vram[1],
-        "delta_peak_vram_gib_ci95_high": vram[2],
-        "delta_peak_vram_pct": 100 * vram[0] / base_vram if base_vram > 0 else NAN,
-        "delta_torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean()
-        - base_ok["torch_peak_allocated_gib"].mean(),
-        "verdict_speed": verdict(*sps, words=("faster", "slower"), no_data="n/a (no throughput data)"),
-        "verdict_memory": verdict(*vram, words=("heavier", "leaner"), no_data="n/a (no VRAM data)"),
-        "ci_method": "paired-t" if paired else "welch-t",
-    }
+    band_gib = equivalence_pct / 100 * base_vram if base_vram > 0 else 0.0
+    row.update(
+        {
+            "n_pairs": sps.n,
+            "delta_samples_per_s_pct": sps.pct,
+            "delta_samples_per_s_pct_ci95_low": sps.lo,
+            "delta_samples_per_s_pct_ci95_high": sps.hi,
+            "delta_samples_per_s_halfwidth_pct": sps.halfwidth,
+            "delta_samples_per_s_pct_per_pair": " ".join(f"{v:+.2f}" for v in sps.per_pair) or None,
+            "delta_peak_vram_gib": vram.pct,
+            "delta_peak_vram_gib_ci95_low": vram.lo,
+            "delta_peak_vram_gib_ci95_high": vram.hi,
+            "delta_peak_vram_pct": 100 * vram.pct / base_vram if base_vram > 0 else NAN,
+            "delta_torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean()
+            - base_ok["torch_peak_allocated_gib"].mean(),
+            "verdict_speed": stats.speed_verdict(sps, min_pairs, equivalence_pct)
+            if not math.isnan(sps.pct)
+            else "n/a (no throughput data)",
+            "verdict_memory": stats.memory_verdict(vram, min_pairs, band_gib)
+            if not math.isnan(vram.pct)
+            else "n/a (no VRAM data)",
+            "ci_method": sps.method,
+        }
+    )
+    return row
 
 
-def summary_table(runs_df: pd.DataFrame) -> pd.DataFrame:
+def summary_table(
+    runs_df: pd.DataFrame, precision: dict[str, dict] | None = None, equivalence_pct: float = 1.0
+) -> pd.DataFrame:
     """summary.csv: one row per (cell_id, arm), statistics over its ok runs, deltas vs baseline.
 
+    ``precision``: per cell_id, the sweep's precision target (ci_halfwidth_pct, min_pairs,
+    max_pairs); ``equivalence_pct``: differences inside ±this are reported as "within".
     Arms with no ok run keep a row (n_ok = 0, NaN statistics) so a skipped arm stays visible.
     """
+    precision = precision or {}
     df = runs_df.reindex(columns=RUNS_COLUMNS)
     ok_all = df[df["status"] == "ok"]
     cells = list(dict.fromkeys(df["cell_id"]))
@@ -407,7 +486,7 @@ def summary_table(runs_df: pd.DataFrame) -> pd.DataFrame:
         }
         if arm != BASELINE_ARM:
             base_ok = ok_all[(ok_all["cell_id"] == cell_id) & (ok_all["arm"] == BASELINE_ARM)]
-            row.update(_deltas(base_ok, ok))
+            row.update(_deltas(base_ok, ok, precision.get(cell_id), equivalence_pct))
         rows.append(row)
     out = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
     if out.empty:
@@ -424,19 +503,20 @@ def _arm_pairs(records: list[RunRecord]) -> dict[tuple[Any, Any], dict[str, RunR
     return pairs
 
 
-def _parity_row(base: RunRecord, liger: RunRecord, default_tolerance: float) -> dict[str, Any] | None:
+def _parity_row(base: RunRecord, other: RunRecord, default_tolerance: float) -> dict[str, Any] | None:
     j = base.metrics[["step", "loss"]].merge(
-        liger.metrics[["step", "loss"]], on="step", suffixes=("_baseline", "_liger")
+        other.metrics[["step", "loss"]], on="step", suffixes=("_baseline", "_arm")
     )
     if j.empty:
         return None
-    delta = (j["loss_liger"] - j["loss_baseline"]).abs()
-    tol = _num(base.cell.get("loss_tolerance", liger.cell.get("loss_tolerance")), default_tolerance)
+    delta = (j["loss_arm"] - j["loss_baseline"]).abs()
+    tol = _num(base.cell.get("loss_tolerance", other.cell.get("loss_tolerance")), default_tolerance)
     last = j.iloc[-1]
     last_delta = float(delta.iloc[-1])
     return {
         "cell_id": base.cell_id,
         **{c: base.cell.get(c) for c in ("profile", "mode", "batch_size", "seq_len", "gpus")},
+        "arm": other.arm,
         "repeat": base.repeat,
         "steps_compared": len(j),
         "max_abs_delta": delta.max(skipna=False),
@@ -444,23 +524,30 @@ def _parity_row(base: RunRecord, liger: RunRecord, default_tolerance: float) -> 
         "last_step": last["step"],
         "last_step_abs_delta": last_delta,
         "loss_last_baseline": last["loss_baseline"],
-        "loss_last_liger": last["loss_liger"],
+        "loss_last_arm": last["loss_arm"],
         "tolerance": tol,
         "criterion": PARITY_CRITERION,
         "passed": bool(last_delta <= tol),
     }
 
 
+def _other_arms(arms: dict[str, RunRecord]) -> list[str]:
+    return [a for a in arms if a != BASELINE_ARM]
+
+
 def loss_parity_table(records: list[RunRecord], default_tolerance: float = 1e-2) -> pd.DataFrame:
-    """loss_parity.csv: per cell and repeat where both arms logged losses, step-by-step |Δ loss|.
+    """loss_parity.csv: per cell, arm and repeat where the arm and the baseline of the same pair
+    logged losses, step-by-step |Δ loss|.
 
     max_abs_delta is over every common step (warm-up included); pass/fail is PARITY_CRITERION.
     Repeats missing a counterpart get no row; see loss_parity_gaps.
     """
     rows = []
     for arms in _arm_pairs(records).values():
-        if BASELINE_ARM in arms and LIGER_ARM in arms:
-            row = _parity_row(arms[BASELINE_ARM], arms[LIGER_ARM], default_tolerance)
+        if BASELINE_ARM not in arms:
+            continue
+        for arm in _other_arms(arms):
+            row = _parity_row(arms[BASELINE_ARM], arms[arm], default_tolerance)
             if row is not None:
                 rows.append(row)
     return pd.DataFrame(rows).reindex(columns=LOSS_PARITY_COLUMNS)
@@ -471,18 +558,20 @@ def loss_parity_gaps(records: list[RunRecord]) -> list[str]:
     gaps = []
     for (cell_id, repeat), arms in _arm_pairs(records).items():
         where = f"{cell_id} repeat {repeat}"
-        missing = [a for a in (BASELINE_ARM, LIGER_ARM) if a not in arms]
-        if missing:
-            gaps.append(f"{where}: no {' / '.join(missing)} run")
+        if BASELINE_ARM not in arms or not _other_arms(arms):
+            have = ", ".join(arms) or "none"
+            gaps.append(f"{where}: no pair to compare (runs of arms: {have})")
             continue
-        empty = [a for a in (BASELINE_ARM, LIGER_ARM) if arms[a].metrics["loss"].dropna().empty]
-        if empty:
-            why = "; ".join(
-                f"{a} has no losses (status {arms[a].status}: {arms[a].reason or '-'})" for a in empty
-            )
-            gaps.append(f"{where}: {why}")
-        elif _parity_row(arms[BASELINE_ARM], arms[LIGER_ARM], NAN) is None:
-            gaps.append(f"{where}: the arms share no logged step")
+        for arm in _other_arms(arms):
+            pair = (BASELINE_ARM, arm)
+            empty = [a for a in pair if arms[a].metrics["loss"].dropna().empty]
+            if empty:
+                why = "; ".join(
+                    f"{a} has no losses (status {arms[a].status}: {arms[a].reason or '-'})" for a in empty
+                )
+                gaps.append(f"{where}: {why}")
+            elif _parity_row(arms[BASELINE_ARM], arms[arm], NAN) is None:
+                gaps.append(f"{where}: {arm} and baseline share no logged step")
     return gaps
 
 

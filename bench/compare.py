@@ -1,7 +1,10 @@
 """Compare two sweeps' results (two machines or two commits), row by row.
 
 Each input is a summary.csv, or a runs.csv that is first aggregated through summary_table.
-Rows are joined on KEY_COLUMNS; B is compared with A.
+Rows are joined on KEY_COLUMNS; B is compared with A. Where the per-run values of both sides
+are at hand (a runs.csv given, or the runs.csv beside a summary.csv), each row's B/A ratio
+gets a 95% CI: runs of different sweeps are not paired, so it is Welch's interval on log
+throughput, and a verdict says which differences are real.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import stats
 from bench.aggregate import join_unique, summary_table
 from bench.plots import plot_compare
 from bench.report import write_csv
@@ -37,7 +41,9 @@ COMPARE_COLUMNS = [
     "samples_per_s_a", "samples_per_s_b", "samples_per_s_ratio_b_over_a", "samples_per_s_delta_pct",
     "s_per_step_a", "s_per_step_b", "peak_vram_gib_a", "peak_vram_gib_b", "peak_vram_delta_gib",
     "delta_samples_per_s_pct_a", "delta_samples_per_s_pct_b",
+    "n_runs_a", "n_runs_b", "samples_per_s_delta_pct_ci95_low", "samples_per_s_delta_pct_ci95_high", "verdict",
 ]  # fmt: skip
+MIN_RUNS = 3  # per side, for a verdict on an unpaired comparison
 _VALUES = {
     "samples_per_s_mean": "samples_per_s",
     "s_per_step_mean": "s_per_step",
@@ -61,6 +67,8 @@ def load_summary(path: str | Path) -> pd.DataFrame:
     if missing:
         raise ValueError(f"{path}: not a usable {kind}; missing columns: {', '.join(missing)}")
     df = summary_table(df) if kind == "runs.csv" else df
+    df = df.copy()
+    df.attrs["runs"] = per_run_values(pd.read_csv(path) if kind == "runs.csv" else _runs_beside(path))
     for c in ("batch_size", "seq_len", "gpus"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
     dup = df[df.duplicated(KEY_COLUMNS, keep=False)]
@@ -71,6 +79,68 @@ def load_summary(path: str | Path) -> pd.DataFrame:
     return df
 
 
+def _runs_beside(summary_path: Path) -> pd.DataFrame | None:
+    """The runs.csv a sweep wrote next to its summary.csv, when it is there and readable."""
+    path = summary_path.parent / "runs.csv"
+    try:
+        runs = pd.read_csv(path)
+    except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
+        return None
+    return runs if set(RUNS_NEEDED) <= set(runs.columns) else None
+
+
+def per_run_values(runs: pd.DataFrame | None) -> dict[tuple, list[float]]:
+    """KEY_COLUMNS -> samples/s of each ok run."""
+    if runs is None:
+        return {}
+    ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()].copy()
+    for c in ("batch_size", "seq_len", "gpus"):
+        ok[c] = pd.to_numeric(ok[c], errors="coerce")
+    return {
+        tuple(_key_value(v) for v in key): list(g["samples_per_s"].astype(float))
+        for key, g in ok.groupby(KEY_COLUMNS, dropna=False)
+    }
+
+
+def _key_value(v):
+    return float(v) if isinstance(v, int | float) else v
+
+
+def _significance(m: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float) -> pd.DataFrame:
+    runs_a, runs_b = a.attrs.get("runs") or {}, b.attrs.get("runs") or {}
+    cols = {k: [] for k in ("n_runs_a", "n_runs_b", "lo", "hi", "verdict")}
+    for r in m.itertuples():
+        key = tuple(_key_value(getattr(r, c)) for c in KEY_COLUMNS)
+        va, vb = runs_a.get(key), runs_b.get(key)
+        cols["n_runs_a"].append(len(va) if va is not None else float("nan"))
+        cols["n_runs_b"].append(len(vb) if vb is not None else float("nan"))
+        if not va or not vb:
+            cols["lo"].append(float("nan"))
+            cols["hi"].append(float("nan"))
+            cols["verdict"].append(
+                "n/a (no per-run values: give runs.csv files)" if r.present == "both" else None
+            )
+            continue
+        d = stats.welch_log_delta(va, vb)
+        cols["lo"].append(d.lo)
+        cols["hi"].append(d.hi)
+        if min(len(va), len(vb)) < MIN_RUNS:
+            cols["verdict"].append(f"too few runs ({len(va)} vs {len(vb)}): {d.pct:+.1f}%")
+        else:
+            cols["verdict"].append(
+                stats.speed_verdict(d, MIN_RUNS, equivalence_pct)
+                .replace("faster", "B faster")
+                .replace("slower", "B slower")
+            )
+    return m.assign(
+        n_runs_a=cols["n_runs_a"],
+        n_runs_b=cols["n_runs_b"],
+        samples_per_s_delta_pct_ci95_low=cols["lo"],
+        samples_per_s_delta_pct_ci95_high=cols["hi"],
+        verdict=cols["verdict"],
+    )
+
+
 def _label(df: pd.DataFrame, path: Path) -> str:
     parts = [
         f"{c} {join_unique(df[c])}" for c in ("gpu_name", "git_commit") if c in df and join_unique(df[c])
@@ -78,7 +148,7 @@ def _label(df: pd.DataFrame, path: Path) -> str:
     return f"{path}" + (f" ({'; '.join(parts)})" if parts else "")
 
 
-def compare_tables(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+def compare_tables(a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float = 1.0) -> pd.DataFrame:
     """COMPARE_COLUMNS, one row per key in A or B (``present``: both / A only / B only), A's order first."""
 
     def side(df: pd.DataFrame, suffix: str) -> pd.DataFrame:
@@ -93,6 +163,7 @@ def compare_tables(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     m["samples_per_s_ratio_b_over_a"] = m["samples_per_s_b"] / m["samples_per_s_a"]
     m["samples_per_s_delta_pct"] = 100 * (m["samples_per_s_ratio_b_over_a"] - 1)
     m["peak_vram_delta_gib"] = m["peak_vram_gib_b"] - m["peak_vram_gib_a"]
+    m = _significance(m, a, b, equivalence_pct)
     return m.reindex(columns=COMPARE_COLUMNS)
 
 
@@ -123,6 +194,13 @@ def format_compare(df: pd.DataFrame, label_a: str, label_b: str) -> str:
             "Δ GiB": both["peak_vram_delta_gib"].map(num("+.2f")),
             "vs base A %": both["delta_samples_per_s_pct_a"].map(num("+.1f")),
             "vs base B %": both["delta_samples_per_s_pct_b"].map(num("+.1f")),
+            "Δ% 95% CI": [
+                "—" if pd.isna(lo) else f"[{lo:+.1f}, {hi:+.1f}]"
+                for lo, hi in zip(
+                    both["samples_per_s_delta_pct_ci95_low"], both["samples_per_s_delta_pct_ci95_high"]
+                )
+            ],
+            "B vs A": both["verdict"].fillna("—"),
         }
     )
     lines.append(shown.to_string(index=False) if len(shown) else "(no row is in both A and B)")

@@ -46,12 +46,12 @@ __all__ = [
 
 CSV_FLOAT_FORMAT = "%.6g"  # rounding happens here only, at write time
 MAIN_TABLE_HEADER = [
-    "profile", "mode", "batch", "seq", "arm", "samples/s", "s/step", "peak VRAM (GiB, polled)",
+    "profile", "mode", "batch", "seq", "arm", "runs ok", "samples/s", "s/step", "peak VRAM (GiB, polled)",
     "torch peak alloc (GiB)", "loss @ last step", "Δ samples/s (95% CI)", "Δ peak VRAM (95% CI)", "verdict",
 ]  # fmt: skip
 PARITY_TABLE_HEADER = [
-    "profile", "mode", "batch", "seq", "repeat", "steps compared", "max |Δ loss| (step)",
-    "|Δ loss| @ last step", "loss baseline", "loss liger", "tolerance", "result",
+    "profile", "mode", "batch", "seq", "arm", "repeat", "steps compared", "max |Δ loss| (step)",
+    "|Δ loss| @ last step", "loss baseline", "loss arm", "tolerance", "result",
 ]  # fmt: skip
 PLOT_FILES = {
     "throughput.png": "Throughput (samples/s, 95% CI)",
@@ -85,7 +85,11 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
         "loss_parity": loss_parity_table(records),
         "vram_per_card": vram_per_card_table(records),
     }
-    tables["summary"] = summary_table(tables["runs"])
+    tables["summary"] = summary_table(
+        tables["runs"],
+        precision=sweep.get("precision_targets") or {},
+        equivalence_pct=_num(sweep.get("equivalence_pct")) if sweep.get("equivalence_pct") else 1.0,
+    )
     paths = {f"{name}.csv": write_csv(df, sweep_dir / f"{name}.csv") for name, df in tables.items()}
     paths["throughput.png"] = plots.plot_throughput(tables["summary"], sweep_dir / "throughput.png")
     paths["vram_per_card.png"] = plots.plot_vram_per_card(
@@ -173,7 +177,7 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         rows.append(
             [
                 _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _md(r.arm),
-                _f(r.samples_per_s_mean, ".2f"), _f(r.s_per_step_mean, ".3f"), _f(r.peak_vram_gib, ".2f"),
+                f"{_int(r.n_ok)}/{_int(r.n_runs)}", _f(r.samples_per_s_mean, ".2f"), _f(r.s_per_step_mean, ".3f"), _f(r.peak_vram_gib, ".2f"),
                 _f(r.torch_peak_allocated_gib, ".2f"), _f(r.loss_last_mean, ".4f"), d_sps, d_vram, _md(verdict),
             ]
         )  # fmt: skip
@@ -183,9 +187,10 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
 def parity_table(parity: pd.DataFrame) -> list[str]:
     rows = [
         [
-            _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _int(r.repeat), _int(r.steps_compared),
-            f"{_f(r.max_abs_delta, '.2e')} ({_int(r.max_abs_delta_step)})", _f(r.last_step_abs_delta, ".2e"),
-            _f(r.loss_last_baseline, ".4f"), _f(r.loss_last_liger, ".4f"), _f(r.tolerance, "g"),
+            _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _md(r.arm), _int(r.repeat),
+            _int(r.steps_compared), f"{_f(r.max_abs_delta, '.2e')} ({_int(r.max_abs_delta_step)})",
+            _f(r.last_step_abs_delta, ".2e"), _f(r.loss_last_baseline, ".4f"), _f(r.loss_last_arm, ".4f"),
+            _f(r.tolerance, "g"),
             "pass" if r.passed else "FAIL",
         ]
         for r in parity.itertuples()
@@ -219,7 +224,6 @@ def _provenance(sweep: dict, runs: pd.DataFrame) -> list[str]:
 def _method(sweep: dict, records: list[RunRecord], runs: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
     steps = join_unique(pd.Series([r.cell.get("steps") for r in records], dtype=object)) or "?"
     warmup = join_unique(runs["warmup_steps"].astype("Int64")) or "0"
-    repeats = runs["repeat"].nunique() or "?"
     first_cell = records[0].cell_id
     seq = [f"{r.arm} r{r.repeat}" for r in records if r.cell_id == first_cell]
     order = ", ".join(seq[:8]) + (", …" if len(seq) > 8 else "")
@@ -232,15 +236,101 @@ def _method(sweep: dict, records: list[RunRecord], runs: pd.DataFrame, summary: 
         backend = join_unique(pd.Series([v.get("backend") for v in vrams], dtype=object))
         poll = f"Peak VRAM polled on every card every {ms} ms ({backend}); the busiest card is shown"
     else:
-        poll = "Peak VRAM not polled (CPU run or poller unavailable)"
+        poll = "Peak VRAM not polled (CPU run, poller off or unavailable)"
     methods = join_unique(summary["ci_method"]) or "none"
+    band = sweep.get("equivalence_pct") or 1.0
+    warm = runs["compile_cache_warm"].dropna()
+    cache = (
+        f"Runs share one compile cache (TorchInductor FX-graph/AOTAutograd/autotune and Triton kernels, keyed "
+        f"by torch/Triton version and GPU kind): {int((warm == 'true').sum())} of {len(warm)} runs started "
+        "with it warm. A shared cache also fixes the autotuner's choices across runs, so between-run "
+        "variance from autotuning is removed from the comparison (and from the CIs)."
+        if len(warm)
+        else "Runs compile from scratch (no shared compile cache)."
+    )
     return [
         f"**Method.** {steps} optimizer steps per run, the first {warmup} dropped as warm-up; samples/s = total "
-        f"samples ÷ total steady-state step time; {repeats} repeat(s) per arm, arms interleaved ({order_text}).",
+        f"samples ÷ total steady-state step time. The unit of replication is the run (a process): a pair is "
+        f"one run of each arm back to back ({order_text}).",
         "",
-        f"{poll}. Δ vs baseline: 95% Student-t CI over repeats, paired-t (per-repeat "
-        "differences of back-to-back runs) when both arms finished the same repeats, welch-t otherwise "
-        f"(used here: {methods}); a verdict is significant when the CI excludes 0.",
+        f"{poll}. Δ samples/s vs baseline: ratio of geometric means, a 95% Student-t interval on the per-pair "
+        f"log-ratios, back-transformed (used here: {methods}); Δ peak VRAM: paired t on GiB. Verdicts: "
+        f"'faster'/'slower' when the CI excludes 0, 'within ±{band:g}%' when the CI lies inside ±{band:g}%, "
+        "'inconclusive' otherwise, and 'too few pairs' (with the per-pair values) below the pairs a verdict needs.",
+        "",
+        cache,
+    ]
+
+
+def precision_section(summary: pd.DataFrame, sweep: dict) -> list[str]:
+    """The precision rule and, per cell and arm, the pairs it asked for and the half-width reached."""
+    targets = sweep.get("precision_targets") or {}
+    if not targets:
+        return []
+    lines = [
+        "## Precision",
+        "",
+        "Stein's two-stage rule: every cell runs a pilot of `min_pairs` pairs; the pilot's spread of the "
+        "per-pair log-ratios fixes the total N = max(n0, ⌈(t·s0/h)²⌉) (capped at `max_pairs`) that gives a 95% "
+        "CI of half-width h; the interval uses the pilot's s0 and its t quantile (n0−1 degrees of freedom), "
+        "which keeps its coverage exact however N came out. A resumed sweep recomputes the same N from the "
+        "same pilot.",
+        "",
+    ]
+    rows = []
+    for r in summary[summary["arm"] != BASELINE_ARM].itertuples():
+        t = targets.get(r.cell_id)
+        if not t:
+            continue
+        cap = "yes: target not reached" if r.hit_pair_cap is True else "no"
+        rows.append(
+            [
+                _md(r.cell_id), _md(r.arm), f"±{t['ci_halfwidth_pct']:g}", str(t["min_pairs"]),
+                _int(r.pairs_wanted), _int(r.pairs_planned), _int(r.n_pairs),
+                f"±{_f(r.delta_samples_per_s_halfwidth_pct, '.2f')}", cap,
+            ]
+        )  # fmt: skip
+    header = ["cell", "arm", "target (points)", "pilot", "pairs wanted", "pairs planned", "pairs used",
+              "half-width achieved", "hit the cap"]  # fmt: skip
+    return [*lines, *_table(header, rows), ""]
+
+
+def startup_section(runs: pd.DataFrame) -> list[str]:
+    """Median startup costs per cell and arm, split by whether the compile cache was warm."""
+    ok = runs[(runs["status"] == "ok") & runs["startup_s"].notna()]
+    if not len(ok):
+        return []
+    rows = []
+    for (cell, arm, warm), g in ok.groupby(
+        ["cell_id", "arm", "compile_cache_warm"], sort=False, dropna=False
+    ):
+        rows.append(
+            [
+                _md(cell), _md(arm), _md(warm if isinstance(warm, str) else "—"), str(len(g)),
+                _f(g["startup_s"].median(), ".1f"), _f(g["first_step_s"].median(), ".1f"),
+                _f(g["to_first_measured_step_s"].median(), ".1f"),
+            ]
+        )  # fmt: skip
+    header = ["cell", "arm", "compile cache warm", "runs", "start → step 1 (s)", "step 1 (s)",
+              "start → first measured step (s)"]  # fmt: skip
+    return ["## Startup (medians)", "", *_table(header, rows), ""]
+
+
+def machine_state_line(runs: pd.DataFrame) -> list[str]:
+    """The range of the busiest card's SM clock, temperature and power over ok runs (read-only NVML/AMD SMI)."""
+    ok = runs[runs["status"] == "ok"]
+    if not len(ok) or ok["sm_clock_mhz_median"].dropna().empty:
+        return []
+
+    def span(col_lo: str, col_hi: str, spec: str) -> str:
+        return f"{_f(ok[col_lo].min(), spec)}–{_f(ok[col_hi].max(), spec)}"
+
+    return [
+        f"Machine state (busiest card, read only, per run in runs.csv): SM clock {span('sm_clock_mhz_min', 'sm_clock_mhz_max', '.0f')} MHz "
+        f"(run medians {span('sm_clock_mhz_median', 'sm_clock_mhz_median', '.0f')}), memory clock "
+        f"{span('mem_clock_mhz_min', 'mem_clock_mhz_max', '.0f')} MHz, temperature "
+        f"{span('temperature_c_min', 'temperature_c_max', '.0f')} °C, power {span('power_w_min', 'power_w_max', '.0f')} W.",
+        "",
     ]
 
 
@@ -279,6 +369,9 @@ def render_markdown(
     lines += main_table(summary, runs)
     lines += ["", "Means over ok runs; Δ columns are the arm vs the baseline arm of the same cell.", ""]
     lines += vram_crosscheck(runs)
+    lines += machine_state_line(runs)
+    lines += precision_section(summary, sweep)
+    lines += startup_section(runs)
     lines += ["## Loss parity", ""]
     if len(parity):
         lines += parity_table(parity)

@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import random
 import re
 from dataclasses import dataclass, replace
@@ -24,7 +25,16 @@ from typing import Any
 
 import yaml
 
-ARMS = ("baseline", "liger")
+# An arm is a name for a set of trainer/driver options; the first arm is always the baseline.
+#   aa:     the baseline again (an A/A comparison: the suite's own noise floor)
+#   nopoll: the baseline with the VRAM poller off (what polling costs)
+ARM_OPTIONS: dict[str, dict[str, bool]] = {
+    "baseline": {"liger": False, "poll_vram": True},
+    "liger": {"liger": True, "poll_vram": True},
+    "aa": {"liger": False, "poll_vram": True},
+    "nopoll": {"liger": False, "poll_vram": False},
+}
+ARMS = tuple(ARM_OPTIONS)
 ORDERS = ("interleaved", "shuffled")
 MODES = ("offline", "online")
 # On a machine without GPUs, gpus_per_run > 1 means that many gloo processes on the CPU.
@@ -39,6 +49,8 @@ DRIVER_KEYS = {
     "training.batch_size": "use the cell's batch_size",
     "model.use_liger_kernel": "use arms",
 }
+# The precision target (Stein's two-stage rule, bench/stats.py): keys, defaults and bounds.
+PRECISION_KEYS = ("ci_halfwidth_pct", "min_pairs", "max_pairs")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -48,6 +60,15 @@ _ENDPOINT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d+$")
 
 class SweepError(Exception):
     """Bad sweep input; the message is one line naming the key or file and what is expected."""
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Run pairs until the 95% CI of Δ samples/s has this half-width (percentage points)."""
+
+    ci_halfwidth_pct: float
+    min_pairs: int  # Stein's pilot (n0)
+    max_pairs: int  # cap
 
 
 @dataclass(frozen=True)
@@ -71,6 +92,7 @@ class Cell:
     num_anchors: int | None
     attention_backend: str | None
     config_sha256: str  # of the training config file
+    precision: Precision | None = None  # None: a fixed number of repeats
 
     def cache_key(self) -> str:
         """Offline caches are shared by the cells (arms, batch sizes, repeats) with the same training
@@ -84,8 +106,12 @@ class Run:
     run_id: str
     cell: Cell
     arm: str
-    repeat: int  # 1-based
-    order_index: int  # 0-based position in the planned order
+    repeat: int  # 1-based: the pair (round) this run belongs to
+    order_index: int  # 0-based position in the run order
+
+    @property
+    def liger(self) -> bool:
+        return ARM_OPTIONS[self.arm]["liger"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +136,9 @@ class SweepConfig:
     nodes: int
     rdzv_endpoint: str | None
     cells: tuple[Cell, ...]
+    equivalence_pct: float
+    compile_cache: bool
+    precision: Precision | None
     resolved: dict[str, Any]  # every key with its default filled in; stored in sweep.json
 
     @property
@@ -119,6 +148,14 @@ class SweepConfig:
     @property
     def max_gpus(self) -> int:
         return max(c.gpus for c in self.cells)
+
+    def polls(self, arm: str) -> bool:
+        """Whether runs of this arm are polled for VRAM."""
+        return self.poll_vram and ARM_OPTIONS[arm]["poll_vram"]
+
+    def pilot_pairs(self, cell: Cell) -> int:
+        """Pairs every cell runs before any decision: the fixed repeats, or Stein's pilot."""
+        return cell.precision.min_pairs if cell.precision else self.repeats
 
 
 # ---------------------------------------------------------------- schema
@@ -146,6 +183,9 @@ TOP_KEYS: dict[str, tuple] = {
     "gpus_per_run": ("ints", [1], 1),
     "nodes": (_INT, 1, 1),
     "rdzv_endpoint": ("optstr", None),
+    "precision": ("precision", None),
+    "equivalence_pct": (_NUM, 1.0, 0, True),
+    "compile_cache": ("bool", True),
     "cells": ("cells", REQUIRED),
 }
 CELL_KEYS: dict[str, tuple] = {
@@ -158,6 +198,12 @@ CELL_KEYS: dict[str, tuple] = {
     "warmup_steps": (_INT, None, 0),
     "timeout_s": (_NUM, None, 0, True),
     "gpus_per_run": ("ints", None, 1),
+    "precision": ("precision", None),
+}
+PRECISION_SCHEMA: dict[str, tuple] = {
+    "ci_halfwidth_pct": (_NUM, REQUIRED, 0, True),
+    "min_pairs": (_INT, 5, 3),
+    "max_pairs": (_INT, 12, 3),
 }
 
 
@@ -206,6 +252,11 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         raise fail(f"rdzv_endpoint: expected host:port, got {top['rdzv_endpoint']!r}")
     if not top["cells"]:
         raise fail("cells: expected a non-empty list of cells")
+    if top["precision"] is not None and "repeats" in raw:
+        raise fail(
+            "repeats: not used with precision (pairs run from precision.min_pairs up to max_pairs); remove one"
+        )
+    top_precision = _precision(top["precision"], {}, "precision", fail)
 
     cells: list[Cell] = []
     resolved_cells = []
@@ -228,6 +279,9 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         if c["label"] is not None and not _NAME_RE.match(c["label"]):
             raise fail(f"{where}.label: {c['label']!r} should be letters, digits, '.', '_' or '-'")
         gpus_list = c["gpus_per_run"] if c["gpus_per_run"] is not None else top["gpus_per_run"]
+        if c["precision"] is not None and top["precision"] is None:
+            raise fail(f"{where}.precision: needs a top-level precision (ci_halfwidth_pct, ...) to override")
+        cell_precision = _precision(top["precision"], c["precision"] or {}, f"{where}.precision", fail)
         sha = hashlib.sha256(cfg_path.read_bytes()).hexdigest()
         # per-cell keys stay as written (null = the top-level value), so a diff names the key changed
         resolved_cells.append({**c, "config_sha256": sha})
@@ -249,6 +303,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
             num_anchors=_pick(c["set"], train, "training.num_anchors"),
             attention_backend=_pick(c["set"], train, "model.attention_backend"),
             config_sha256=sha,
+            precision=cell_precision,
         )
         for gpus, batch, seq in itertools.product(gpus_list, c["batch_size"], c["seq_len"]):
             cell = replace(entry_cell, batch_size=batch, seq_len=seq, gpus=gpus)
@@ -285,28 +340,42 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         nodes=top["nodes"],
         rdzv_endpoint=top["rdzv_endpoint"],
         cells=tuple(cells),
+        equivalence_pct=float(top["equivalence_pct"]),
+        compile_cache=top["compile_cache"],
+        precision=top_precision,
         resolved=resolved,
     )
 
 
-def plan(cfg: SweepConfig) -> list[Run]:
-    """The run order: for each repeat round, for each cell, one run per arm.
+def round_runs(cfg: SweepConfig, cell: Cell, repeat: int) -> list[tuple[str, str]]:
+    """(run_id, arm) of one pair (round) of a cell, in the order they run.
 
-    ``interleaved`` runs baseline then liger (A B A B ...); ``shuffled`` draws the arm order of
-    every (cell, repeat) pair from ``random.Random(order_seed)``. Arms are never run all-A
-    then all-B: drift on a shared machine must not look like a speed-up.
+    ``interleaved``: the arms in config order (baseline first); ``shuffled``: an order drawn
+    from ``random.Random("<order_seed>/<cell_id>/<repeat>")``, so every round's order is
+    recorded by the seed and the same on --resume, however many rounds the precision rule adds.
     """
-    rng = random.Random(cfg.order_seed)
+    arms = list(cfg.arms)
+    if cfg.order == "shuffled":
+        random.Random(f"{cfg.order_seed}/{cell.cell_id}/{repeat}").shuffle(arms)
+    return [(f"{cell.cell_id}_{arm}_r{repeat}", arm) for arm in arms]
+
+
+def plan_rounds(cfg: SweepConfig, rounds: dict[str, int]) -> list[Run]:
+    """The run order for ``rounds[cell_id]`` pairs per cell: round-major (round 1 of every cell,
+    then round 2, ...), so arms and cells are interleaved and drift cannot look like a speed-up."""
     runs: list[Run] = []
-    for repeat in range(1, cfg.repeats + 1):
+    for repeat in range(1, max(rounds.values(), default=0) + 1):
         for cell in cfg.cells:
-            arms = list(cfg.arms)
-            if cfg.order == "shuffled":
-                rng.shuffle(arms)
-            for arm in arms:
-                run_id = f"{cell.cell_id}_{arm}_r{repeat}"
-                runs.append(Run(run_id, cell, arm, repeat, len(runs)))
+            if repeat <= rounds.get(cell.cell_id, 0):
+                for run_id, arm in round_runs(cfg, cell, repeat):
+                    runs.append(Run(run_id, cell, arm, repeat, len(runs)))
     return runs
+
+
+def plan(cfg: SweepConfig) -> list[Run]:
+    """The runs every sweep of this config makes: ``repeats`` pairs per cell, or Stein's pilot
+    (``precision.min_pairs``) when a precision target adds pairs after it (bench/driver.py)."""
+    return plan_rounds(cfg, {c.cell_id: cfg.pilot_pairs(c) for c in cfg.cells})
 
 
 def diff_resolved(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -394,6 +463,7 @@ _EXPECT = {
     "ints": "a positive integer or a list of them",
     "set": "a mapping of training config keys to scalar values (e.g. {training.num_anchors: 512})",
     "cells": "a list of cells (config, batch_size, seq_len)",
+    "precision": "a mapping with ci_halfwidth_pct, min_pairs, max_pairs",
 }
 
 
@@ -406,8 +476,8 @@ def _check_value(value: Any, kind: str, bound: list, name: str, fail) -> Any:
             raise bad()
         return _check_bound(value, bound, name, fail)
     if kind == _NUM:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise bad()
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise bad(" (finite)")
         return _check_bound(value, bound, name, fail)
     if kind == _STR:
         if not isinstance(value, str) or not value.strip():
@@ -433,14 +503,21 @@ def _check_value(value: Any, kind: str, bound: list, name: str, fail) -> Any:
     if kind == "arms":
         if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
             raise bad()
-        unknown = [a for a in value if a not in ARMS]
+        arms = list(value)
+        if arms[:2] == ["baseline", "baseline"]:  # A/A: the second baseline is the arm "aa"
+            arms[1] = "aa"
+        unknown = [a for a in arms if a not in ARM_OPTIONS]
         if unknown:
             raise fail(f"{name}: unknown arm {unknown[0]!r}; expected arms from {', '.join(ARMS)}")
-        if len(set(value)) != len(value):
+        if len(set(arms)) != len(arms):
             raise fail(f"{name}: each arm once, got {value!r}")
-        if "baseline" not in value:
-            raise fail(f"{name}: the baseline arm is missing; expected [baseline] or [baseline, liger]")
-        return [a for a in ARMS if a in value]  # baseline first
+        if "baseline" not in arms:
+            raise fail(f"{name}: the baseline arm is missing; expected e.g. [baseline, liger]")
+        return ["baseline", *(a for a in arms if a != "baseline")]  # baseline first
+    if kind == "precision":
+        if not isinstance(value, dict):
+            raise fail(f"{name}: expected a mapping with ci_halfwidth_pct, min_pairs, max_pairs")
+        return dict(value)
     if kind == "ints":
         items = value if isinstance(value, list) else [value]
         if not items or any(isinstance(v, bool) or not isinstance(v, int) for v in items):
@@ -464,6 +541,20 @@ def _check_value(value: Any, kind: str, bound: list, name: str, fail) -> Any:
             raise bad()
         return value
     raise AssertionError(kind)
+
+
+def _precision(top: dict | None, override: dict, where: str, fail) -> Precision | None:
+    """The precision target of the sweep (override = {}) or of one cell (its keys over the sweep's)."""
+    if top is None:
+        return None
+    merged = _check_keys({**top, **override}, PRECISION_SCHEMA, f"{where}.", fail)
+    if merged["max_pairs"] < merged["min_pairs"]:
+        raise fail(
+            f"{where}.max_pairs: {merged['max_pairs']} is below min_pairs ({merged['min_pairs']}); expected >= it"
+        )
+    if merged["max_pairs"] > 100:
+        raise fail(f"{where}.max_pairs: expected at most 100, got {merged['max_pairs']}")
+    return Precision(float(merged["ci_halfwidth_pct"]), merged["min_pairs"], merged["max_pairs"])
 
 
 def _check_bound(value, bound: list, name: str, fail):

@@ -34,6 +34,7 @@ from .runfiles import RunFiles
 
 GIB = 2**30
 EXIT_OOM = 3
+IMPORTED_AT = time.time()  # torch, transformers and the trainer's modules are imported by now
 
 
 @dataclass
@@ -236,6 +237,16 @@ def _peak_memory(device: torch.device) -> tuple[float | None, float | None]:
     return alloc, reserved
 
 
+def _compile_times() -> dict[str, float]:
+    """Seconds TorchDynamo/Inductor spent per compile phase so far ({} when torch does not say)."""
+    try:
+        from torch._dynamo.utils import calculate_time_spent
+
+        return {k: round(float(v), 2) for k, v in calculate_time_spent().items()}
+    except Exception:
+        return {}
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text}"[:500]
@@ -244,7 +255,13 @@ def _one_line(e: BaseException) -> str:
 def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None = None) -> int:
     """Train, writing the run contract's files into out_dir. Returns the process exit code."""
     env = resolve_env(cfg)
+    t_data = time.perf_counter()
     dataset = make_dataset(cfg, profile)  # bad data or cache: a ConfigError before anything is written
+    started = started or time.time()
+    phases = {
+        "imports_s": round(IMPORTED_AT - started, 2),
+        "dataset_s": round(time.perf_counter() - t_data, 2),
+    }
     if env.world > 1 and not dist.is_initialized():
         if env.device.type == "cuda":
             torch.cuda.set_device(env.device)
@@ -269,10 +286,11 @@ def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None
             "precision": f"{cfg.model.dtype} params and compute; fp32 master weights, grads and AdamW state",
             "peak_tflops": peak,
             "provenance": prov,
+            "startup": phases,
         }
     )
     try:
-        return _train(cfg, profile, env, files, peak, started or time.time(), dataset)
+        return _train(cfg, profile, env, files, peak, started, dataset)
     except ConfigError as e:  # found only once running (e.g. a target directory that fails to load)
         files.finish("error", str(e))
         raise
@@ -300,7 +318,8 @@ def _train(
     t_start = time.perf_counter()
     torch.manual_seed(tr.seed)
     trainer = Trainer(cfg, profile, env, dataset)
-    files.update(param_checksum=trainer.checksum, draft_module_types=trainer.module_types)
+    startup = {**files.record.get("startup", {}), "build_s": round(time.perf_counter() - t_start, 2)}
+    files.update(param_checksum=trainer.checksum, draft_module_types=trainer.module_types, startup=startup)
     log = print if env.rank == 0 else (lambda *a, **k: None)
     log(
         f"[specforge] {profile.name} {cfg.mode} arm={'liger' if cfg.model.use_liger_kernel else 'baseline'} "
@@ -315,7 +334,8 @@ def _train(
         t0 = time.perf_counter()
         if step == 0:  # process start -> first training step: imports, model build, data workers
             startup_s = time.time() - started
-            files.update(startup_s=round(startup_s, 2))
+            startup["to_first_step_s"] = round(startup_s, 2)
+            files.update(startup_s=round(startup_s, 2), startup=startup)
             log(f"[specforge] first step starts {startup_s:.1f}s after process start", flush=True)
         losses, accs = [], []
         counts = torch.zeros(3, dtype=torch.float64, device=env.device)
@@ -327,6 +347,9 @@ def _train(
         grad_norm = trainer.optimizer_step(step)
         trainer.sync()
         dt = time.perf_counter() - t0
+        if step == 0:  # what step 1 spent compiling (TorchDynamo/Inductor phases), best effort
+            startup.update(first_step_s=round(dt, 2), compile_s=_compile_times())
+            files.update(startup=startup)
         stats = torch.stack([torch.stack(losses).mean().float(), torch.stack(accs).mean().float()])
         stats = _reduce(stats, dist.ReduceOp.SUM) / env.world
         alloc, reserved = _peak_memory(env.device)
@@ -347,6 +370,7 @@ def _train(
             "torch_peak_reserved_gib": reserved,
             "model_tflops": step_flops / 1e12,
             "mfu": step_flops / dt / (peak * 1e12 * env.world) if peak else None,
+            "elapsed_s": round(time.time() - started, 3),  # process start -> end of this step
         }
         files.step(row)
         if (step + 1) % tr.log_every == 0 or step + 1 == tr.steps:

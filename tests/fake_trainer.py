@@ -11,6 +11,10 @@ Behaviours are chosen with --set keys:
     fake.oom=true            write run.json status "oom" at step 2 and exit 3
     fake.raw_oom=true        print a CUDA OOM traceback line and exit 1 without touching run.json
     fake.spawn_child=true    start a grandchild process that sleeps (tests process-group cleanup)
+    fake.step_time_s=0.1     report this step time instead of the measured one, times a per-run
+                             factor exp(N(0, fake.run_sd)) seeded by the run directory's name and
+                             divided by fake.liger_speedup in the Liger arm: throughput drawn from
+                             a known distribution, the same on every replay of a run
     data.fail_prepare=true   make `prepare` fail
 The loss depends only on the step and the seed, so both arms agree (loss parity).
 """
@@ -21,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -117,6 +122,11 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
     hang_at = fake.get("hang_at_step") or (1 if fake.get("hang") else None)
     sleep = float(fake.get("step_sleep", 0.02))
     samples = batch * accum * world
+    reported = None
+    if fake.get("step_time_s"):
+        rng = random.Random(out.name)
+        reported = float(fake["step_time_s"]) * math.exp(rng.gauss(0.0, float(fake.get("run_sd", 0.0))))
+        reported /= float(fake.get("liger_speedup", 1.0)) if liger else 1.0
     for step in range(1, steps + 1):
         if step == fake.get("crash_at_step"):
             raise RuntimeError(f"fake crash at step {step}")
@@ -137,7 +147,7 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
             return 1
         t0 = time.perf_counter()
         time.sleep(sleep)
-        dt = time.perf_counter() - t0
+        dt = time.perf_counter() - t0 if reported is None else reported
         if rank == 0:
             append_jsonl(
                 out / "metrics.jsonl",

@@ -219,21 +219,29 @@ def test_summary_columns_and_repeat_ci():
 def test_paired_ci_matches_scipy():
     base, liger = [10.0, 11.0, 12.0], [11.0, 12.2, 13.1]
     row = deltas(summary_table(runs_df(base, liger)))
-    d = 100 * (np.array(liger) / np.array(base) - 1)
+    d = np.log(np.array(liger) / np.array(base))  # per-pair log-ratios
     ci = stats.ttest_1samp(d, 0).confidence_interval(0.95)
-    assert row.ci_method == "paired-t"
-    assert row.delta_samples_per_s_pct == pytest.approx(d.mean())
-    assert (row.delta_samples_per_s_pct_ci95_low, row.delta_samples_per_s_pct_ci95_high) == pytest.approx(ci)
-    assert row.verdict_speed == "faster"
+    assert row.ci_method == "paired t on log-ratios"
+    # the ratio of geometric means, and the t-interval back-transformed to percent
+    gm = np.exp(np.mean(np.log(liger))) / np.exp(np.mean(np.log(base)))
+    assert row.delta_samples_per_s_pct == pytest.approx(100 * (gm - 1))
+    expected = (100 * np.expm1(ci.low), 100 * np.expm1(ci.high))
+    assert (row.delta_samples_per_s_pct_ci95_low, row.delta_samples_per_s_pct_ci95_high) == pytest.approx(expected)
+    assert row.n_pairs == 3 and row.verdict_speed == "faster"
+    assert row.delta_samples_per_s_pct_per_pair == " ".join(f"{100 * np.expm1(x):+.2f}" for x in d)
 
 
-def test_welch_fallback_when_repeats_do_not_pair():
+def test_pairs_by_repeat_and_welch_fallback_when_no_repeat_pairs():
     base, liger = [10.0, 11.0, 12.0], [13.0, 14.5]
-    row = deltas(summary_table(runs_df(base, liger, liger_repeats=[0, 2])))
-    ci = stats.ttest_ind(liger, base, equal_var=False).confidence_interval(0.95)
-    assert row.ci_method == "welch-t"
-    assert row.delta_samples_per_s_pct == pytest.approx(100 * (np.mean(liger) / 11.0 - 1))
-    expected = (100 * ci.low / 11.0, 100 * ci.high / 11.0)
+    paired = deltas(summary_table(runs_df(base, liger, liger_repeats=[0, 2])))  # pairs r0 and r2
+    assert paired.n_pairs == 2 and paired.ci_method == "paired t on log-ratios"
+    assert paired.delta_samples_per_s_pct == pytest.approx(100 * (np.sqrt(13.0 / 10.0 * 14.5 / 12.0) - 1))
+    row = deltas(summary_table(runs_df(base, liger, liger_repeats=[5, 6])))  # no common pair
+    ci = stats.ttest_ind(np.log(liger), np.log(base), equal_var=False).confidence_interval(0.95)
+    assert row.ci_method == "welch t on log throughput"
+    diff = np.mean(np.log(liger)) - np.mean(np.log(base))
+    assert row.delta_samples_per_s_pct == pytest.approx(100 * np.expm1(diff))
+    expected = (100 * np.expm1(ci.low), 100 * np.expm1(ci.high))
     assert (row.delta_samples_per_s_pct_ci95_low, row.delta_samples_per_s_pct_ci95_high) == pytest.approx(
         expected
     )
@@ -242,8 +250,8 @@ def test_welch_fallback_when_repeats_do_not_pair():
 def test_verdicts():
     same = deltas(summary_table(runs_df([10.0, 11.0, 12.0], [10.0, 11.0, 12.0], [30, 31, 30], [30, 31, 30])))
     assert same.delta_samples_per_s_pct == 0.0
-    assert same.verdict_speed == "no significant difference"
-    assert same.verdict_memory == "no significant difference"
+    assert same.verdict_speed == "within ±1%"  # never "no significant difference"
+    assert same.verdict_memory == "within ±0.30 GiB"  # 1% of the baseline's 30.3 GiB
 
     fast = deltas(
         summary_table(runs_df([10.0, 10.1, 9.9], [12.0, 12.2, 11.9], [35.4, 35.3, 35.4], [30.2, 30.2, 30.1]))
@@ -258,7 +266,15 @@ def test_verdicts():
 
     single = deltas(summary_table(runs_df([10.0], [12.0])))
     assert single.delta_samples_per_s_pct == pytest.approx(20.0)
-    assert single.verdict_speed == "n/a (<2 repeats)"
+    assert single.verdict_speed == "too few pairs (1): +20.0%"
+
+    # Two pairs agreeing closely: a t-interval with 1 degree of freedom spans 0, but saying
+    # "no significant difference" would mislead; the verdict shows the pairs instead.
+    two = deltas(summary_table(runs_df([10.0, 10.0], [11.70, 11.71])))
+    assert two.verdict_speed == "too few pairs (2): +17.0%, +17.1%"
+
+    wide = deltas(summary_table(runs_df([10.0, 10.0, 10.0], [10.5, 9.6, 10.3])))
+    assert wide.verdict_speed.startswith("inconclusive: CI [") and "includes 0" in wide.verdict_speed
 
 
 # --- loss parity --------------------------------------------------------------------------------
@@ -278,9 +294,9 @@ def test_loss_parity_max_last_and_pass_fail(tmp_path):
     r0, r1 = parity.loc[0], parity.loc[1]
     assert r0.steps_compared == 4 and r0.max_abs_delta == pytest.approx(0.05) and r0.max_abs_delta_step == 2
     assert r0.last_step == 4 and r0.last_step_abs_delta == pytest.approx(0.001)
-    assert (r0.loss_last_baseline, r0.loss_last_liger) == (2.0, 2.001)
+    assert (r0.loss_last_baseline, r0.loss_last_arm) == (2.0, 2.001) and r0.arm == "liger"
     assert r0.tolerance == 0.01 and bool(r0.passed) and "last_step" in r0.criterion
     assert r1.steps_compared == 3 and r1.last_step == 3 and r1.last_step_abs_delta == pytest.approx(0.02)
     assert not bool(r1.passed)
     gaps = loss_parity_gaps(records)
-    assert gaps == [f"{CELL} repeat 2: no liger run"]
+    assert gaps == [f"{CELL} repeat 2: no pair to compare (runs of arms: baseline)"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import driver
+from bench import console, driver, launcher
 from bench.__main__ import main
 from bench.fileio import atomic_write_text, read_json, read_jsonl
 from bench.sweep_config import load_config, plan
@@ -80,7 +80,8 @@ def fakes(monkeypatch):
     monkeypatch.setattr(driver, "make_poller", lambda run_dir, interval_s: FakePoller(run_dir, interval_s))
     monkeypatch.setattr(driver, "build_report", fake_build_report)
     monkeypatch.setattr(driver, "liger_skip_reason", lambda: driver.NO_GPU)
-    monkeypatch.setattr(driver, "KILL_GRACE_S", 2.0)
+    monkeypatch.setattr(launcher, "KILL_GRACE_S", 2.0)
+    monkeypatch.setattr(driver, "vram_preflight", lambda: None)
 
 
 # ---------------------------------------------------------------- helpers
@@ -381,7 +382,7 @@ def test_keyboard_interrupt_stops_the_run_and_leaves_it_unfinished(tmp_path, fak
 
         return tick
 
-    monkeypatch.setattr(driver, "_ticker", interrupting_ticker)
+    monkeypatch.setattr(console.Progress, "ticker", interrupting_ticker)
     out = tmp_path / "out"
     assert main(["sweep", str(cfg), "--out", str(out)]) == 130
     rdir = out / "runs" / "tiny_online_bs1_s64_baseline_r1"

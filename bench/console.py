@@ -1,0 +1,112 @@
+"""What the sweep prints: the plan (--dry-run), a progress bar with the run in flight, one
+outcome line per run, the status counts, and the report's main table."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.fileio import read_json, read_jsonl
+from bench.sweep_config import Run
+from bench.sweepdir import run_dir
+
+TICK_S = 1.0
+
+
+class Progress:
+    """A tqdm bar over the sweep's runs; its total grows when the precision rule adds pairs."""
+
+    def __init__(self, total: int, done: int) -> None:
+        from tqdm import tqdm
+
+        self.tty = sys.stderr.isatty()
+        self.bar = tqdm(total=total, initial=done, unit="run", mininterval=TICK_S, dynamic_ncols=True)
+
+    def grow(self, total: int) -> None:
+        if total != self.bar.total:
+            self.bar.total = total
+            self.bar.refresh()
+
+    def start(self, run: Run) -> None:
+        self.bar.set_description(run.run_id, refresh=False)
+        self.bar.set_postfix({}, refresh=False)
+
+    def done(self, run: Run, line: str, seconds: float) -> None:
+        self.bar.update(1)
+        self.bar.write(f"{run.run_id}: {line} ({seconds:.0f} s)")
+
+    def write(self, line: str) -> None:
+        self.bar.write(line)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def ticker(self, run: Run, out_dir: Path) -> Callable[[], None]:
+        """Called about once a second while a run is going: step k/N and the last s/step in the bar."""
+        state = {"last": 0.0}
+        every = TICK_S if self.tty else 30.0  # non-TTY output (CI logs): a line every 30 s, not a flood
+        bar = self.bar
+
+        def tick() -> None:
+            rows = read_jsonl(run_dir(out_dir, run) / "metrics.jsonl")
+            post = {"step": f"{rows[-1].get('step', len(rows)) if rows else 0}/{run.cell.steps}"}
+            if rows and isinstance(rows[-1].get("step_time_s"), int | float):
+                s = rows[-1]["step_time_s"]
+                post["s/step"] = f"{s:.3f}"
+                left = max(run.cell.steps - int(rows[-1].get("step", len(rows))), 0)
+                post["run eta"] = f"{left * s:.0f}s"
+            bar.set_postfix(post, refresh=False)
+            now = time.monotonic()
+            if now - state["last"] >= every:
+                state["last"] = now
+                bar.refresh()
+
+        return tick
+
+
+def outcome_line(rdir: Path) -> str:
+    """``ok, 9.69 samples/s, peak VRAM 24.28 GiB (busiest card)``, or the status and its reason."""
+    from bench.aggregate import load_run, run_row  # the one definition of a run's throughput
+
+    row = run_row(load_run(rdir))
+    parts = [str(row["status"]) + (f": {row['reason']}" if row["status"] != "ok" and row["reason"] else "")]
+    if _finite(row.get("samples_per_s")):
+        parts.append(f"{row['samples_per_s']:.2f} samples/s")
+    if _finite(row.get("peak_vram_gib")):
+        parts.append(f"peak VRAM {row['peak_vram_gib']:.2f} GiB (busiest card)")
+    elif _finite(row.get("torch_peak_reserved_gib")):
+        parts.append(f"torch peak reserved {row['torch_peak_reserved_gib']:.2f} GiB")
+    return ", ".join(parts)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def print_outcome(out_dir: Path, runs: list[Run]) -> None:
+    docs = [read_json(run_dir(out_dir, r) / "run.json") or {} for r in runs]
+    counts = Counter(d.get("status", "missing") for d in docs)
+    print("runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    skipped = Counter(d.get("reason") for d in docs if d.get("status") == "skipped")
+    for reason, n in skipped.items():
+        print(f"skipped {n} run(s): {reason}")
+
+
+def main_table(md: Path) -> str:
+    """The first markdown table of report.md."""
+    try:
+        lines = md.read_text().splitlines()
+    except OSError:
+        return ""
+    table: list[str] = []
+    for line in lines:
+        if line.lstrip().startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    return "\n".join(table)

@@ -1,0 +1,141 @@
+"""The sweep directory: its lock, which runs are finished, resume checks, --force, sweep.json.
+
+A sweep may create, replace or delete only what it can prove is its own: sweep.json, the
+aggregation outputs, runs/ and cache/ (docs/run-contract.md lists the layout).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.metadata
+import os
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.fileio import atomic_write_json, read_json
+from bench.sweep_config import Cell, Run, SweepConfig, SweepError, diff_resolved
+
+TERMINAL = ("ok", "oom", "error", "timeout", "skipped")
+AGGREGATE_OUTPUTS = (
+    "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md",
+    "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png",
+)  # fmt: skip
+
+
+def is_finished(rdir: Path) -> bool:
+    doc = read_json(rdir / "run.json")
+    if not isinstance(doc, dict) or doc.get("status") not in TERMINAL:
+        return False
+    launch = rdir / "launch.json"
+    if not launch.exists():
+        return True  # never launched: skipped or recorded by the driver
+    rec = read_json(launch)
+    return isinstance(rec, dict) and "exit_code" in rec
+
+
+def run_dir(out_dir: Path, run: Run) -> Path:
+    return out_dir / "runs" / run.run_id
+
+
+def cache_dir_for(out_dir: Path, cell: Cell) -> Path | None:
+    """The offline hidden-state cache a cell reads (None for online cells)."""
+    return out_dir / "cache" / cell.cache_key() if cell.mode == "offline" else None
+
+
+def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) -> dict | None:
+    """Refuse to touch an existing sweep without --resume/--force; returns the old sweep.json on resume."""
+    sweep_json = out_dir / "sweep.json"
+    if not sweep_json.exists() and not (out_dir / "runs").exists():
+        return None
+    if force:
+        return None
+    if not resume:
+        raise SweepError(
+            f"{out_dir} already holds a sweep; pass --resume to finish it, --force to delete its runs and "
+            f"start over, or --out DIR (make: OUT=DIR) to write elsewhere"
+        )
+    old = read_json(sweep_json)
+    if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
+        raise SweepError(
+            f"{sweep_json}: missing or unreadable, so --resume cannot check the config; use --force or --out"
+        )
+    changed = diff_resolved(old["config"], cfg.resolved)
+    if changed:
+        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        raise SweepError(
+            f"--resume: {out_dir} was run with a different config ({shown} differ); "
+            "use --force to start over or --out for a new directory"
+        )
+    return old
+
+
+def take_lock(out_dir: Path) -> int:
+    fd = os.open(out_dir / ".sweep.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise SweepError(f"{out_dir}: another sweep is running in this directory") from None
+    return fd
+
+
+def clear_results(out_dir: Path) -> None:
+    """--force: delete runs/ and the aggregation outputs; cache/ stays."""
+    shutil.rmtree(out_dir / "runs", ignore_errors=True)
+    for path in [out_dir / "sweep.json", *(out_dir / n for n in AGGREGATE_OUTPUTS)]:
+        path.unlink(missing_ok=True)
+
+
+def write_sweep_json(cfg, runs, out_dir, info, previous, argv) -> None:
+    """sweep.json at (re)start: config, planned order, command line, hardware, earlier resumes."""
+    now = _now()
+    doc = {
+        "name": cfg.name,
+        "config_path": str(cfg.path),
+        "config": cfg.resolved,
+        "order_mode": cfg.order,
+        "order_seed": cfg.order_seed,
+        "order": [r.run_id for r in runs],
+        "argv": list(argv),
+        "created": now,
+        "hardware": info,
+        "resumes": [],
+    }
+    if previous:
+        doc["created"] = previous.get("created", now)
+        doc["resumes"] = [*previous.get("resumes", []), {"time": now, "argv": list(argv), "hardware": info}]
+    atomic_write_json(out_dir / "sweep.json", doc)
+
+
+def update_sweep_json(out_dir: Path, **fields) -> None:
+    """Merge fields into sweep.json (e.g. the run order as the precision rule extends it)."""
+    doc = read_json(out_dir / "sweep.json")
+    atomic_write_json(out_dir / "sweep.json", {**(doc if isinstance(doc, dict) else {}), **fields})
+
+
+def compile_cache_dir(out_dir: Path, info: dict) -> Path:
+    """The compile caches (TorchInductor, AOTAutograd, Triton) the runs of a sweep share.
+
+    Keyed by the torch and Triton versions of this interpreter and the GPU kind, so caches of
+    different versions or devices never mix; under cache/, so --force keeps it.
+    """
+    return out_dir / "cache" / "compile" / compile_cache_key(info)
+
+
+def compile_cache_key(info: dict) -> str:
+    def version(*names: str) -> str:
+        for name in names:
+            try:
+                return importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return "none"
+
+    key = f"torch-{version('torch')}_triton-{version('triton', 'pytorch-triton-rocm')}_{info.get('kind') or 'cpu'}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", key)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
