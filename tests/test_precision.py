@@ -1,0 +1,211 @@
+"""Adaptive sweeps against the fake trainer: Stein's rule decides the pairs, --resume after a
+kill reaches the same decision, A/A and poller-off arms, the shared compile cache."""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench import driver, stats, sweepdir
+from bench.fileio import read_json, read_jsonl
+from bench.sweep_config import SweepError, load_config, plan
+from tests.test_driver import REPO, fakes, statuses, sweep_file, train_configs  # noqa: F401
+
+PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 8}
+# per-run throughput drawn from a known distribution: 0.1 s/step times exp(N(0, 0.5%))
+NOISY = {"fake.step_time_s": 0.1, "fake.run_sd": 0.005, "fake.step_sleep": 0.0}
+
+
+def adaptive_sweep(tmp: Path, **top) -> Path:
+    tc = train_configs(tmp)
+    cells = [{"config": tc["online"], "batch_size": 1, "seq_len": 32, "set": NOISY}]
+    top = {"arms": ["baseline", "baseline"], "order": "shuffled", "precision": PRECISION, **top}
+    top.pop("repeats", None)
+    path = sweep_file(tmp, cells, **top)
+    doc = yaml.safe_load(path.read_text())
+    doc.pop("repeats")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def samples_per_s(rdir: Path, warmup: int) -> float:
+    rows = [r for r in read_jsonl(rdir / "metrics.jsonl") if r["step"] > warmup]
+    return sum(r["samples"] for r in rows) / sum(r["step_time_s"] for r in rows)
+
+
+def test_adaptive_sweep_stops_where_steins_rule_says(tmp_path, fakes):  # noqa: F811
+    cfg_path = adaptive_sweep(tmp_path)
+    cfg = load_config(cfg_path)
+    assert cfg.arms == ("baseline", "aa")  # [baseline, baseline] is an A/A comparison
+    assert len(plan(cfg)) == 6  # the pilot: 3 pairs x 2 arms
+    out = tmp_path / "out"
+    assert driver.run_sweep(cfg_path, out=out) == 0
+    runs = statuses(out)
+    cell = cfg.cells[0].cell_id
+    # the rule, recomputed here from the raw metrics of the pilot
+    pilot = [
+        math.log(
+            samples_per_s(out / "runs" / f"{cell}_aa_r{i}", 1)
+            / samples_per_s(out / "runs" / f"{cell}_baseline_r{i}", 1)
+        )
+        for i in (1, 2, 3)
+    ]
+    expected = stats.stein_pairs(pilot, 1.0, 3, 8)
+    assert expected.pairs > 3  # the pilot alone does not reach ±1 point here
+    assert sorted(runs) == sorted(
+        f"{cell}_{a}_r{i}" for i in range(1, expected.pairs + 1) for a in ("baseline", "aa")
+    )
+    assert all(doc["status"] == "ok" for doc in runs.values())
+    sweep = read_json(out / "sweep.json")
+    assert sweep["precision"][cell]["decision"]["pairs"] == expected.pairs
+    assert len(sweep["order"]) == 2 * expected.pairs and sweep["precision_targets"][cell] == PRECISION
+
+
+def test_resume_of_a_killed_adaptive_sweep_reaches_the_same_decision(tmp_path):
+    cfg_path = adaptive_sweep(tmp_path)
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    cmd = [sys.executable, "-m", "bench", "sweep", str(cfg_path)]
+    r = subprocess.run([*cmd, "--out", str(whole)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(killed)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(killed.glob("runs/*/run.json"))) < 8:  # past the pilot
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(list(killed.glob("runs/*"))) < len(list(whole.glob("runs/*")))
+    r = subprocess.run(
+        [*cmd, "--out", str(killed), "--resume"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in killed.glob("runs/*")) == sorted(p.name for p in whole.glob("runs/*"))
+    a, b = read_json(whole / "sweep.json"), read_json(killed / "sweep.json")
+    assert a["precision"] == b["precision"] and a["order"] == b["order"]
+    assert len(b["resumes"]) == 1
+    # the A/A comparison of the finished sweep: its CI contains 0
+    summary = (killed / "summary.csv").read_text()
+    import pandas as pd
+
+    aa = pd.read_csv(killed / "summary.csv").set_index("arm").loc["aa"]
+    assert aa.delta_samples_per_s_pct_ci95_low <= 0 <= aa.delta_samples_per_s_pct_ci95_high, summary
+    assert (
+        aa.ci_method == "Stein two-stage (pilot of 3 pairs)"
+        and aa.n_pairs == a["precision"][aa.cell_id]["decision"]["pairs"]
+    )
+    report = (killed / "report.md").read_text()
+    assert "## Precision" in report and "Stein's two-stage rule" in report
+
+
+def test_poller_off_arm_and_shared_compile_cache(tmp_path, fakes, monkeypatch):  # noqa: F811
+    tc = train_configs(tmp_path)
+    cfg_path = sweep_file(
+        tmp_path,
+        [{"config": tc["online"], "batch_size": 1, "seq_len": 32}],
+        arms=["baseline", "nopoll"],
+        repeats=1,
+    )
+    cfg = load_config(cfg_path)
+    assert cfg.polls("baseline") and not cfg.polls("nopoll")
+    out = tmp_path / "out"
+    assert driver.run_sweep(cfg_path, out=out) == 0
+    cell = cfg.cells[0].cell_id
+    nopoll = read_json(out / "runs" / f"{cell}_nopoll_r1" / "vram.json")
+    assert nopoll["status"] == "disabled" and "without the poller" in nopoll["reason"]
+    first = read_json(out / "runs" / f"{cell}_baseline_r1" / "cell.json")["compile_cache"]
+    assert first["dir"].startswith(str(out / "cache" / "compile" / "torch-"))
+    env = driver.compile_env(Path(first["dir"]))
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(first["dir"]) and env["TRITON_CACHE_DIR"].startswith(
+        first["dir"]
+    )
+    # --force starts over but keeps cache/ (the compile cache and offline caches)
+    Path(first["dir"], "inductor").mkdir(parents=True)
+    Path(first["dir"], "inductor", "x").write_text("kernel")
+    assert driver.run_sweep(cfg_path, out=out, force=True) == 0
+    assert Path(first["dir"], "inductor", "x").exists()
+    assert read_json(out / "runs" / f"{cell}_baseline_r1" / "cell.json")["compile_cache"]["warm"] is True
+
+
+def test_compile_cache_is_keyed_by_versions_and_gpu(monkeypatch, tmp_path):
+    versions = {"torch": "2.11.0+cu130", "triton": "3.6.0"}
+
+    def version(name):
+        if name not in versions:
+            raise sweepdir.importlib.metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    monkeypatch.setattr(sweepdir.importlib.metadata, "version", version)
+    h200 = sweepdir.compile_cache_dir(tmp_path, {"kind": "h200"})
+    assert h200.name == "torch-2.11.0-cu130_triton-3.6.0_h200"
+    assert sweepdir.compile_cache_dir(tmp_path, {"kind": "a100"}) != h200
+    versions["torch"] = "2.12.0+cu130"
+    assert sweepdir.compile_cache_dir(tmp_path, {"kind": "h200"}) != h200
+    versions.pop("triton")
+    versions["pytorch-triton-rocm"] = "3.5.0"  # ROCm torch ships Triton under another name
+    assert "triton-3.5.0_mi355x" in sweepdir.compile_cache_dir(tmp_path, {"kind": "mi355x"}).name
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"precision": {"ci_halfwidth_pct": 1.0, "min_pairs": 2}},
+            "precision.min_pairs: expected a value >= 3",
+        ),
+        (
+            {"precision": {"ci_halfwidth_pct": 1.0, "min_pairs": 6, "max_pairs": 4}},
+            "precision.max_pairs: 4 is below",
+        ),
+        ({"precision": {"min_pairs": 4}}, "precision.ci_halfwidth_pct: missing"),
+        ({"precision": {"ci_halfwidth_pct": 0}}, "precision.ci_halfwidth_pct: expected a value > 0"),
+        ({"precision": {"ci_halfwidth_pct": 1.0, "pairs": 4}}, "precision.pairs: unknown key"),
+        ({"precision": {"ci_halfwidth_pct": 1.0}, "repeats": 3}, "repeats: not used with precision"),
+        ({"timeout_s": float("nan")}, "timeout_s: expected a number (finite)"),
+        ({"equivalence_pct": float("inf")}, "equivalence_pct: expected a number (finite)"),
+        ({"arms": ["baseline", "turbo"]}, "arms: unknown arm 'turbo'"),
+    ],
+)
+def test_bad_precision_and_arm_settings_are_one_line_errors(tmp_path, change, expected):
+    tc = train_configs(tmp_path)
+    path = sweep_file(tmp_path, [{"config": tc["online"], "batch_size": 1, "seq_len": 32}])
+    doc = yaml.safe_load(path.read_text())
+    doc.pop("repeats")
+    doc.update(change)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(SweepError) as err:
+        load_config(path)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cell_precision_overrides_the_sweeps(tmp_path):
+    tc = train_configs(tmp_path)
+    cells = [
+        {"config": tc["online"], "batch_size": 1, "seq_len": 32},
+        {
+            "config": tc["online"],
+            "batch_size": 2,
+            "seq_len": 32,
+            "precision": {"min_pairs": 4, "max_pairs": 6},
+        },
+    ]
+    path = sweep_file(tmp_path, cells)
+    doc = yaml.safe_load(path.read_text())
+    doc.pop("repeats")
+    doc["precision"] = {"ci_halfwidth_pct": 0.5}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    cfg = load_config(path)
+    assert [
+        (c.precision.min_pairs, c.precision.max_pairs, c.precision.ci_halfwidth_pct) for c in cfg.cells
+    ] == [
+        (5, 12, 0.5),
+        (4, 6, 0.5),
+    ]
+    assert len(plan(cfg)) == 5 + 4  # one arm (baseline) per pair here
