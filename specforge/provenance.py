@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
@@ -22,6 +23,9 @@ def _version(dist: str) -> str | None:
 
 
 def _git_commit() -> str | None:
+    """``git describe`` of the checkout, or $BENCH_GIT_COMMIT where the code was copied without .git."""
+    if os.environ.get("BENCH_GIT_COMMIT"):
+        return os.environ["BENCH_GIT_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=12"],
