@@ -9,15 +9,65 @@ BIN := $(VENV)/bin
 #   make bench-h200 INSTALL= PYTHON=python3
 PYTHON ?= $(BIN)/python
 INSTALL ?= install
-# Extras installed into the venv; bench-mi355x adds rocm.
-EXTRAS ?= dev,liger,nvidia
+# Force a hardware kind instead of detecting it (a100, h100, h200, mi300x, mi355x, cpu):
+#   make bench HARDWARE=mi300x   (sets BENCH_HARDWARE for python -m bench)
+HARDWARE ?=
+RUN_ENV = $(if $(HARDWARE),BENCH_HARDWARE=$(HARDWARE) )
+comma := ,
+empty :=
+space := $(empty) $(empty)
+
+# Which GPU software stack to install for: rocm or nvidia (CPU machines get nvidia's extras,
+# as before). Detected from the installed torch's torch.version.hip / .cuda (read from
+# torch/version.py, without importing torch), else from a ROCm install at ROCM_PATH.
+# Override: make install GPU_STACK=rocm
+ROCM_PATH ?= /opt/rocm
+DETECT_PY ?= $(firstword $(wildcard $(BIN)/python) $(PY))
+TORCH_STACK_PY := import importlib.util as u, pathlib as p; s = u.find_spec("torch"); g = {}; \
+  s and s.origin and exec(p.Path(s.origin).with_name("version.py").read_text(), g); \
+  print("rocm" if g.get("hip") else "nvidia" if g.get("cuda") else "")
+ifndef GPU_STACK
+GPU_STACK := $(shell s=$$($(DETECT_PY) -c '$(TORCH_STACK_PY)' 2>/dev/null); \
+  if [ -n "$$s" ]; then echo $$s; elif [ -d $(ROCM_PATH) ]; then echo rocm; else echo nvidia; fi)
+endif
+
 # CPU machines get the local CPU build of torch; a machine that already has torch keeps it.
 TORCH_CPU ?= torch==2.13.0
-comma := ,
+LIGER_REQ ?= liger-kernel>=0.6.0
+ifeq ($(GPU_STACK),rocm)
+# ROCm: liger-kernel is installed without its dependencies (it requires `triton`, which would
+# put a CUDA Triton beside torch's pytorch-triton-rocm), and amdsmi is the one matching the
+# host's libamd_smi.so: ROCm's own package when ROCm ships it, else PyPI's of the same ROCm
+# version (docs/rocm.md).
+EXTRAS ?= dev,rocm
+TORCH_STEP = $(BIN)/python -c "import torch" 2>/dev/null || { echo "no torch in $(VENV): install a ROCm build of torch first (docs/rocm.md), or run with INSTALL= PYTHON=python3" >&2; exit 1; }
+LIGER_STEP = $(BIN)/pip install -q --no-deps '$(LIGER_REQ)'
+# ROCm's own amdsmi: share/amd_smi, or the ROCm Core SDK's core-<major>.<minor>/share/amd_smi.
+AMDSMI_DIR ?= $(firstword $(wildcard $(ROCM_PATH)/share/amd_smi $(ROCM_PATH)/core-*/share/amd_smi) $(ROCM_PATH)/share/amd_smi)
+ROCM_VERSION ?= $(shell cat $(ROCM_PATH)/.info/version 2>/dev/null)
+ROCM_MAJOR_MINOR = $(subst $(space),.,$(wordlist 1,2,$(subst ., ,$(firstword $(subst -, ,$(ROCM_VERSION))))))
+AMDSMI_PYPI ?= amdsmi$(if $(ROCM_MAJOR_MINOR),==$(ROCM_MAJOR_MINOR).*)
+ifneq ($(wildcard $(AMDSMI_DIR)/pyproject.toml $(AMDSMI_DIR)/setup.py),)
+# amd-smi-lib layout (ROCm 6.x/7.x): a buildable package; built from a copy (/opt/rocm is read-only).
+AMDSMI_STEP = rm -rf $(VENV)/amd_smi && cp -r $(AMDSMI_DIR) $(VENV)/amd_smi && $(BIN)/pip install -q --no-deps $(VENV)/amd_smi
+else ifneq ($(wildcard $(AMDSMI_DIR)/amdsmi/__init__.py),)
+# ROCm Core SDK layout: the module only, to be put on sys.path (here by a .pth file).
+# A PyPI amdsmi in the venv would shadow it, so that one goes.
+AMDSMI_STEP = { $(BIN)/pip uninstall -q -y amdsmi 2>/dev/null || true; } && echo $(AMDSMI_DIR) > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rocm-amdsmi.pth"
+else
+AMDSMI_STEP = $(BIN)/pip install -q '$(AMDSMI_PYPI)' || echo "warning: could not install $(AMDSMI_PYPI); VRAM polling needs ROCm's amdsmi (docs/rocm.md)" >&2
+endif
+else
+EXTRAS ?= dev,liger,nvidia
+TORCH_STEP = $(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q '$(TORCH_CPU)'
+LIGER_STEP =
+AMDSMI_STEP =
+endif
 STAMP = $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # Default: finish an unfinished sweep, never overwrite a finished one (use SWEEP_FLAGS=--force).
 SWEEP_FLAGS ?= --resume
 OUT ?=
+SWEEP = $(RUN_ENV)$(PYTHON) -m bench sweep
 
 .PHONY: install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv
 
@@ -25,8 +75,10 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv --system-site-packages $(VENV)
-	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q '$(TORCH_CPU)'
+	@$(TORCH_STEP)
+	$(AMDSMI_STEP)
 	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	$(LIGER_STEP)
 	@touch $@
 
 test: $(INSTALL)
@@ -38,22 +90,26 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .
 
-# Pick the sweep config from the detected hardware (A100, H100/H200, MI300X/MI355X, none -> CPU).
+# Pick the sweep config from the detected hardware (A100, H100/H200, MI300X/MI355X, none -> CPU);
+# when none fits, `bench detect` says why and exits 2, and so does make.
 bench: $(INSTALL)
-	$(PYTHON) -m bench sweep $$($(PYTHON) -m bench detect) $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+	config=$$($(RUN_ENV)$(PYTHON) -m bench detect) && $(SWEEP) $$config $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
 bench-cpu: $(INSTALL)
-	$(PYTHON) -m bench sweep configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+	$(SWEEP) configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
-bench-a100: $(INSTALL)
-	$(PYTHON) -m bench sweep configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+# The named GPU targets install for their vendor's stack, whatever this machine's detection says.
+bench-a100:
+	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
+	$(SWEEP) configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
-bench-h200: $(INSTALL)
-	$(PYTHON) -m bench sweep configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+bench-h200:
+	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
+	$(SWEEP) configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
 bench-mi355x:
-	$(if $(INSTALL),$(MAKE) install EXTRAS=dev,liger,rocm)
-	$(PYTHON) -m bench sweep configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=rocm)
+	$(SWEEP) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
 
 # make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir]
 compare: $(INSTALL)

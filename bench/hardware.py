@@ -1,7 +1,14 @@
-"""What machine is this, and which sweep config fits it."""
+"""What machine is this, and which sweep config fits it.
+
+The kind of each GPU comes from its name (NVML / AMD SMI ``market_name``), else, on AMD,
+from the ASIC's ``target_graphics_version`` (gfx942 -> MI300 series, gfx950 -> MI350
+series), else from torch's device name and ``gcnArchName``. ``BENCH_HARDWARE=<kind>``
+overrides all of it; ``detect()`` records the override beside what was detected.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -9,6 +16,7 @@ from pathlib import Path
 from bench.vram import open_backend
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+ENV_OVERRIDE = "BENCH_HARDWARE"
 
 # Name fragments (upper case) per kind, tried in order.
 _PATTERNS: list[tuple[str, tuple[str, ...]]] = [
@@ -19,6 +27,9 @@ _PATTERNS: list[tuple[str, tuple[str, ...]]] = [
     ("mi355x", ("MI355", "MI350")),
 ]
 GPU_KINDS = [kind for kind, _ in _PATTERNS]
+# AMD ISA (target_graphics_version / gcnArchName) per kind: gfx942 is the MI300 series
+# (MI300X, MI300A, MI325X), gfx950 the MI350 series (MI350X, MI355X).
+_ARCHS = {"gfx942": "mi300x", "gfx950": "mi355x"}
 _CONFIGS = {
     "a100": "a100.yaml",
     "h100": "h200.yaml",
@@ -30,56 +41,140 @@ _CONFIGS = {
 
 
 class HardwareError(ValueError):
-    """No sweep config fits this machine (or a config names unknown hardware)."""
+    """No sweep config fits this machine (or a config or BENCH_HARDWARE names unknown hardware)."""
 
 
-def classify(name: str) -> str:
-    """The kind of one GPU from its name, or "unknown"."""
-    upper = name.upper()
+def classify(name: str | None) -> str:
+    """The kind of one GPU from its name, or "unknown" (also for hex ids and "N/A")."""
+    upper = str(name or "").upper()
     for kind, fragments in _PATTERNS:
         if any(f in upper for f in fragments):
             return kind
     return "unknown"
 
 
-def _torch_gpus() -> tuple[str, list[str]]:
-    """(vendor, names) from torch.cuda when no management library answers."""
+def classify_arch(arch: str | None) -> str:
+    """The kind of an AMD GPU from its ISA ("gfx942", "gfx942:sramecc+:xnack-"), or "unknown".
+
+    amdsmi builds ``target_graphics_version`` as "gfx" + the library's integer, printed in
+    decimal by some wrapper versions and in hex by others (7.0.x); a wrapper that does not
+    match its library turns gfx942 into "gfx2370" or "gfx3ae", which are read back here too.
+    """
+    base = str(arch or "").strip().lower().split(":")[0]
+    if base in _ARCHS:
+        return _ARCHS[base]
+    digits = base.removeprefix("gfx")
+    candidates = []
+    if digits.isdigit():
+        candidates.append(f"gfx{int(digits):x}")
+    try:
+        candidates.append(f"gfx{int(digits, 16)}")
+    except ValueError:
+        pass
+    return next((_ARCHS[c] for c in candidates if c in _ARCHS), "unknown")
+
+
+def _kind_of(name: str | None, arch: str | None) -> str:
+    kind = classify(name)
+    return kind if kind != "unknown" else classify_arch(arch)
+
+
+def _display_name(name: object, arch: str | None) -> str:
+    """The device name, with the ISA added when the name says nothing ("0x74a5 (gfx942)")."""
+    text = str(name) if name is not None else "N/A"
+    if arch and classify(text) == "unknown" and classify_arch(arch) != "unknown":
+        return f"{text} ({arch})"
+    return text
+
+
+def _torch_gpus() -> tuple[str, list[str], list[str | None]]:
+    """(vendor, names, archs) from torch.cuda (archs: gcnArchName on ROCm, else None)."""
     try:
         import torch
 
         if not torch.cuda.is_available():
-            return "none", []
-        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        return ("amd" if getattr(torch.version, "hip", None) else "nvidia"), names
+            return "none", [], []
+        n = torch.cuda.device_count()
+        names = [torch.cuda.get_device_name(i) for i in range(n)]
+        archs: list[str | None] = []
+        for i in range(n):
+            try:
+                archs.append(getattr(torch.cuda.get_device_properties(i), "gcnArchName", None))
+            except Exception:
+                archs.append(None)
+        return ("amd" if getattr(torch.version, "hip", None) else "nvidia"), names, archs
     except Exception:
-        return "none", []
+        return "none", [], []
+
+
+def _single(kinds: list[str]) -> str:
+    distinct = set(kinds)
+    return distinct.pop() if len(distinct) == 1 else "unknown"
+
+
+def _override() -> str | None:
+    """The kind BENCH_HARDWARE names, None when unset; HardwareError when it names none."""
+    raw = os.environ.get(ENV_OVERRIDE, "").strip()
+    if not raw:
+        return None
+    kind = raw.lower()
+    if kind not in GPU_KINDS + ["cpu"]:
+        raise HardwareError(
+            f"{ENV_OVERRIDE}={raw!r} is not a hardware kind; use one of {', '.join(GPU_KINDS)}, cpu"
+        )
+    return kind
 
 
 def detect() -> dict:
-    """``{vendor: nvidia|amd|none, gpu_names, gpu_count, kind}`` for this machine."""
-    vendor, names = "none", []
+    """This machine: ``{vendor: nvidia|amd|none, gpu_names, gpu_count, kind, detected_kind,
+    kind_source, partitioned}``.
+
+    ``kind_source`` is "BENCH_HARDWARE" when that variable set ``kind`` (``detected_kind``
+    keeps what detection found), else "detected". ``partitioned``: the AMD cards are in a
+    compute-partition mode (more handles than physical cards; ``gpu_count`` counts handles).
+    ``HardwareError`` when BENCH_HARDWARE names no known kind.
+    """
+    override = _override()
+    vendor, names, archs, partitioned = "none", [], [], False
     backend, _ = open_backend("auto")
     if backend is not None:
         try:
-            names = [d["name"] for d in backend.devices()]
+            devices = backend.devices()
+            archs = [d.get("arch") for d in devices]
+            names = [_display_name(d.get("name"), a) for d, a in zip(devices, archs)]
+            partitioned = any(d.get("partition") for d in devices)
             vendor = "nvidia" if backend.name == "nvml" else "amd"
         except Exception:
-            names = []
+            names, archs = [], []
         finally:
             backend.close()
-    if not names:
-        vendor, names = _torch_gpus()
-    kinds = {classify(n) for n in names}
-    kind = "cpu" if not names else (kinds.pop() if len(kinds) == 1 else "unknown")
-    return {"vendor": vendor if names else "none", "gpu_names": names, "gpu_count": len(names), "kind": kind}
+    kinds = [_kind_of(n, a) for n, a in zip(names, archs)]
+    if not names or "unknown" in kinds:
+        t_vendor, t_names, t_archs = _torch_gpus()
+        t_kind = _single([_kind_of(n, a) for n, a in zip(t_names, t_archs)]) if t_names else "unknown"
+        if not names:
+            vendor, names, kinds = t_vendor, t_names, [t_kind] * len(t_names)
+        elif t_kind != "unknown" and len(t_names) == len(names):
+            kinds = [t_kind if k == "unknown" else k for k in kinds]
+    detected = "cpu" if not names else _single(kinds)
+    return {
+        "vendor": vendor if names else "none",
+        "gpu_names": names,
+        "gpu_count": len(names),
+        "kind": override or detected,
+        "detected_kind": detected,
+        "kind_source": ENV_OVERRIDE if override else "detected",
+        "partitioned": partitioned,
+    }
 
 
 def describe(info: dict) -> str:
-    """ "no GPU" or e.g. "NVIDIA A100-SXM4-80GB x8"."""
+    """ "no GPU" or e.g. "NVIDIA A100-SXM4-80GB x8" (partitioned AMD cards say so)."""
     names = info.get("gpu_names") or []
     if not names:
         return "no GPU"
-    return ", ".join(f"{name} x{n}" for name, n in Counter(names).items())
+    text = ", ".join(f"{name} x{n}" for name, n in Counter(names).items())
+    return text + (" (partitioned: one entry per partition)" if info.get("partitioned") else "")
 
 
 def config_for(kind: str, gpu: str | None = None) -> str:
@@ -87,7 +182,8 @@ def config_for(kind: str, gpu: str | None = None) -> str:
     if kind not in _CONFIGS:
         raise HardwareError(
             f"no sweep config fits this machine's GPU ({gpu or kind}): run "
-            "`make bench-a100|bench-h200|bench-mi355x` or `python -m bench sweep CONFIG`"
+            "`make bench-a100|bench-h200|bench-mi355x`, `python -m bench sweep CONFIG`, "
+            f"or set {ENV_OVERRIDE}=<{'|'.join(GPU_KINDS)}> (make HARDWARE=...)"
         )
     return str(CONFIG_DIR / _CONFIGS[kind])
 
@@ -118,8 +214,8 @@ def check_hardware(
 
 def main_detect() -> int:
     """Print the sweep config for this machine (``python -m bench detect``); exit 2 if none fits."""
-    info = detect()
     try:
+        info = detect()
         path = config_for(info["kind"], describe(info))
     except HardwareError as err:
         print(err, file=sys.stderr)

@@ -8,14 +8,21 @@ computed outside the Hugging Face forward).
 
 Scope ``draft`` (the default) restores the two module attributes once the draft is built,
 so a Qwen3 target built later in the same process keeps the stock modules whatever the arm.
+
+Before patching, ``check_triton`` refuses an environment where two distributions provide
+the ``triton`` module (on ROCm: torch's ``pytorch-triton-rocm`` plus a CUDA ``triton`` that
+pip added for liger-kernel's ``triton>=2.3.1``); there Liger could run on a Triton that is
+not torch's. On ROCm liger-kernel is installed with ``--no-deps`` (``make install`` does).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from importlib import metadata
 
+from packaging.requirements import Requirement
 from packaging.version import Version
 
 from .config import ConfigError
@@ -25,6 +32,17 @@ INSTALL_HINT = "pip install '.[liger]'"
 PATCHED_ATTRS = ("Qwen3RMSNorm", "Qwen3MLP")
 
 
+def _install_hint() -> str:
+    """How to install liger-kernel here: without its dependencies on ROCm (see check_triton)."""
+    try:
+        import torch
+
+        rocm = bool(getattr(torch.version, "hip", None))
+    except Exception:
+        rocm = False
+    return f"pip install --no-deps 'liger-kernel>={MIN_LIGER_VERSION}'" if rocm else INSTALL_HINT
+
+
 def liger_version() -> str | None:
     try:
         return metadata.version("liger-kernel")
@@ -32,21 +50,87 @@ def liger_version() -> str | None:
         return None
 
 
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def triton_providers() -> dict[str, str]:
+    """{distribution: version} of every installed distribution that provides the ``triton``
+    module (``triton`` on CUDA, ``pytorch-triton-rocm`` on ROCm; both when pip added a CUDA
+    Triton beside ROCm's, e.g. to satisfy liger-kernel's ``triton>=2.3.1``)."""
+    try:
+        names = metadata.packages_distributions().get("triton") or []
+    except Exception:
+        return {}
+    out: dict[str, str] = {}
+    for name in names:
+        key = _canonical(name)
+        if key in out:
+            continue
+        try:
+            out[key] = metadata.version(name)
+        except Exception:
+            out[key] = "?"
+    return out
+
+
+def _torch_triton() -> str | None:
+    """The Triton distribution torch requires (canonical name), None when torch names none."""
+    try:
+        requires = metadata.requires("torch") or []
+    except Exception:
+        return None
+    for line in requires:
+        try:
+            name = _canonical(Requirement(line).name)
+        except Exception:
+            continue
+        if name in ("triton", "pytorch-triton-rocm", "pytorch-triton"):
+            return name
+    return None
+
+
+def check_triton() -> None:
+    """ConfigError when two distributions provide ``triton``: their files overwrite each other,
+    so the Triton Liger imports need not be the one torch was built with."""
+    providers = triton_providers()
+    if len(providers) < 2:
+        return
+    keep = _torch_triton()
+    if keep not in providers:
+        keep = "pytorch-triton-rocm" if "pytorch-triton-rocm" in providers else None
+    listed = ", ".join(f"{n} {v}" + (" (torch's)" if n == keep else "") for n, v in sorted(providers.items()))
+    strays = [n for n in sorted(providers) if n != keep]
+    if keep is None:
+        fix = f"keep only the one torch was built with (pip uninstall {' / '.join(strays)})"
+    else:
+        fix = (
+            f"pip uninstall {' '.join(strays)}, then pip install --force-reinstall --no-deps "
+            f"{keep}=={providers[keep]} (they share the triton/ directory); on ROCm install liger-kernel "
+            "with --no-deps (make install does)"
+        )
+    raise ConfigError(
+        f"model.use_liger_kernel: {len(providers)} distributions provide the `triton` module ({listed}); "
+        f"Liger could import a Triton that is not torch's. Fix: {fix}"
+    )
+
+
 def _load_patch_fn():
     version = liger_version()
     if version is None:
-        raise ConfigError(f"model.use_liger_kernel: liger-kernel is not installed ({INSTALL_HINT})")
+        raise ConfigError(f"model.use_liger_kernel: liger-kernel is not installed ({_install_hint()})")
     if Version(version) < Version(MIN_LIGER_VERSION):
         raise ConfigError(
             f"model.use_liger_kernel: liger-kernel {version} is too old, need >= {MIN_LIGER_VERSION} "
-            f"({INSTALL_HINT})"
+            f"({_install_hint()})"
         )
+    check_triton()
     try:
         from liger_kernel.transformers import apply_liger_kernel_to_qwen3
     except ImportError as e:
         raise ConfigError(
             f"model.use_liger_kernel: cannot import apply_liger_kernel_to_qwen3 from liger-kernel "
-            f"{version} ({e}); {INSTALL_HINT}"
+            f"{version} ({e}); {_install_hint()}"
         ) from None
     return apply_liger_kernel_to_qwen3
 

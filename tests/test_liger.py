@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -92,3 +93,91 @@ def test_broken_liger_import_is_a_clear_error(monkeypatch):
     with pytest.raises(ConfigError, match="cannot import apply_liger_kernel_to_qwen3"):
         with liger.liger_patch(True):
             pass
+
+
+# -- Triton: one distribution of the `triton` module, the one torch uses -------------------
+
+
+def _providers(
+    monkeypatch, providers: dict[str, list[str]], versions: dict[str, str], torch_requires: list[str]
+):
+    monkeypatch.setattr(liger.metadata, "packages_distributions", lambda: providers)
+    real_version = liger.metadata.version
+    monkeypatch.setattr(liger.metadata, "version", lambda name: versions.get(name) or real_version(name))
+    monkeypatch.setattr(liger.metadata, "requires", lambda name: torch_requires if name == "torch" else [])
+
+
+ROCM_TORCH_REQUIRES = ['pytorch-triton-rocm==3.5.1; platform_system == "Linux"', "filelock"]
+
+
+def test_rocm_torch_with_a_second_triton_is_refused(monkeypatch):
+    # liger-kernel's `triton>=2.3.1` made pip add CUDA's triton beside ROCm's.
+    _providers(
+        monkeypatch,
+        {"triton": ["pytorch-triton-rocm", "triton"]},
+        {"pytorch-triton-rocm": "3.5.1", "triton": "3.5.1"},
+        ROCM_TORCH_REQUIRES,
+    )
+    assert liger.triton_providers() == {"pytorch-triton-rocm": "3.5.1", "triton": "3.5.1"}
+    with pytest.raises(ConfigError) as exc:
+        with liger.liger_patch(True):
+            pass
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert "pytorch-triton-rocm 3.5.1 (torch's), triton 3.5.1" in msg
+    assert (
+        "Fix: pip uninstall triton, then pip install --force-reinstall --no-deps pytorch-triton-rocm==3.5.1"
+        in msg
+    )
+
+
+def test_single_triton_passes(monkeypatch):
+    _providers(
+        monkeypatch,
+        {"triton": ["pytorch_triton_rocm"]},
+        {"pytorch_triton_rocm": "3.5.1"},
+        ROCM_TORCH_REQUIRES,
+    )
+    liger.check_triton()
+    _providers(
+        monkeypatch,
+        {"triton": ["triton", "triton"]},
+        {"triton": "3.6.0"},
+        ['triton==3.6.0; platform_system == "Linux"'],
+    )
+    liger.check_triton()  # one distribution listed twice
+    _providers(monkeypatch, {}, {}, [])
+    liger.check_triton()
+
+
+def test_unknown_torch_requirement_still_names_the_stray(monkeypatch):
+    _providers(
+        monkeypatch,
+        {"triton": ["triton", "pytorch-triton-rocm"]},
+        {"pytorch-triton-rocm": "3.4.0", "triton": "3.5.0"},
+        [],  # a source build of torch names no Triton
+    )
+    with pytest.raises(ConfigError, match=r"pip uninstall triton, then .*pytorch-triton-rocm==3\.4\.0"):
+        liger.check_triton()
+
+
+def test_triton_providers_reads_installed_metadata(tmp_path, monkeypatch):
+    for dist, version in (("pytorch_triton_rocm", "3.5.1"), ("triton", "3.5.1")):
+        info = tmp_path / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        name = dist.replace("_", "-")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "top_level.txt").write_text("triton\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    providers = liger.triton_providers()
+    assert {"pytorch-triton-rocm", "triton"} <= set(providers)
+    assert providers["pytorch-triton-rocm"] == "3.5.1"
+
+
+def test_missing_liger_on_rocm_says_no_deps(monkeypatch):
+    monkeypatch.setitem(
+        sys.modules, "torch", types.SimpleNamespace(version=types.SimpleNamespace(hip="7.2.0"))
+    )
+    monkeypatch.setattr(liger, "liger_version", lambda: None)
+    with pytest.raises(ConfigError, match=r"not installed \(pip install --no-deps 'liger-kernel>=0\.6\.0'\)"):
+        liger._load_patch_fn()
