@@ -9,10 +9,13 @@ log-ratios, back-transformed to percent.
 
 Precision target: Stein's two-stage procedure. A pilot of ``n0`` pairs gives the sample
 standard deviation ``s0`` of the log-ratios; the total number of pairs is
-``N = max(n0, ceil((t[n0-1] * s0 / h)^2))`` for a target half-width ``h`` (log scale),
-capped at ``max_pairs``. The interval ``mean_N ± t[n0-1] * s0 / sqrt(N)`` then has exact
-95% coverage for normal log-ratios, whatever N the pilot chose: the decision depends on the
-pilot alone, so a resumed sweep reaches the same N.
+``N = max(n0, ceil((t[n0-1] * s0 / h)^2))`` for a log-scale half-width ``h`` that reads as
+the target in percentage points once back-transformed around the pilot's ratio, capped at
+``max_pairs``. The interval ``mean_N ± t[n0-1] * s0 / sqrt(N)`` then has 95% coverage for
+normal log-ratios, whatever N the pilot chose (exact in Stein's original, where N depends on
+s0 alone; here N also depends weakly on the pilot's mean through that back-transform, which
+the coverage test bounds). The decision depends on the pilot alone, so a resumed sweep
+reaches the same N.
 """
 
 from __future__ import annotations
@@ -32,9 +35,14 @@ def t_quantile(df: int) -> float:
     return float(_st.t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
-def log_halfwidth(pct: float) -> float:
-    """A half-width in percentage points as a half-width on the log scale."""
-    return math.log1p(pct / 100.0)
+def log_halfwidth(pct: float, ratio: float = 1.0) -> float:
+    """The log-scale half-width h whose back-transformed interval around ``ratio`` is ``pct``
+    percentage points wide on each side: 100 * ratio * sinh(h) = pct.
+
+    The reported interval is [ratio * e^-h - 1, ratio * e^h - 1] in percent, so at a +16%
+    effect a log half-width of ln(1.01) reads as ±1.16 points, not ±1.0.
+    """
+    return math.asinh(pct / (100.0 * ratio))
 
 
 def to_pct(log_value: float) -> float:
@@ -130,9 +138,9 @@ def stein_pairs(
         return SteinDecision(
             min_pairs, min_pairs, None, None, False, f"{len(lr)} usable pilot pair(s): no estimate of spread"
         )
-    _, sd = _mean_sd(lr)
+    mean, sd = _mean_sd(lr)
     df = len(lr) - 1
-    h = log_halfwidth(halfwidth_pct)
+    h = log_halfwidth(halfwidth_pct, math.exp(mean))
     wanted = max(min_pairs, math.ceil((t_quantile(df) * sd / h) ** 2 - 1e-9))
     pairs = min(wanted, max_pairs)
     capped = wanted > max_pairs

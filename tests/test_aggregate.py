@@ -226,7 +226,9 @@ def test_paired_ci_matches_scipy():
     gm = np.exp(np.mean(np.log(liger))) / np.exp(np.mean(np.log(base)))
     assert row.delta_samples_per_s_pct == pytest.approx(100 * (gm - 1))
     expected = (100 * np.expm1(ci.low), 100 * np.expm1(ci.high))
-    assert (row.delta_samples_per_s_pct_ci95_low, row.delta_samples_per_s_pct_ci95_high) == pytest.approx(expected)
+    assert (row.delta_samples_per_s_pct_ci95_low, row.delta_samples_per_s_pct_ci95_high) == pytest.approx(
+        expected
+    )
     assert row.n_pairs == 3 and row.verdict_speed == "faster"
     assert row.delta_samples_per_s_pct_per_pair == " ".join(f"{100 * np.expm1(x):+.2f}" for x in d)
 

@@ -16,7 +16,9 @@ def test_stein_rule_matches_its_formula():
     pilot = [0.010, 0.025, 0.004, 0.018, 0.012]  # log-ratios
     d = stats.stein_pairs(pilot, halfwidth_pct=1.0, min_pairs=5, max_pairs=40)
     sd = np.std(pilot, ddof=1)
-    expected = math.ceil((st.t.ppf(0.975, 4) * sd / math.log(1.01)) ** 2)
+    # the log half-width that reads as ±1 point around the pilot's ratio once back-transformed
+    h = math.asinh(1.0 / (100 * math.exp(np.mean(pilot))))
+    expected = math.ceil((st.t.ppf(0.975, 4) * sd / h) ** 2)
     assert d.pairs == d.wanted == max(5, expected) and not d.capped
     assert d.pilot_sd == pytest.approx(sd) and d.pilot_df == 4
     capped = stats.stein_pairs(pilot, halfwidth_pct=0.1, min_pairs=5, max_pairs=12)
@@ -35,7 +37,8 @@ def test_stein_interval_reaches_the_target_and_uses_the_pilot_spread():
     full = pilot + [rng.gauss(0.05, 0.01) for _ in range(d.pairs - 5)]
     delta = stats.paired_log_delta(full, d.pilot_sd, d.pilot_df)
     half_log = st.t.ppf(0.975, 4) * d.pilot_sd / math.sqrt(d.pairs)
-    assert half_log <= math.log(1.01) + 1e-12  # the rule's promise, on the log scale
+    # the rule's promise: ±1 point around the pilot's ratio, once back-transformed
+    assert 100 * math.exp(np.mean(pilot)) * math.sinh(half_log) <= 1.0 + 1e-9
     assert delta.lo == pytest.approx(100 * math.expm1(np.mean(full) - half_log))
     assert delta.hi == pytest.approx(100 * math.expm1(np.mean(full) + half_log))
     assert delta.method == "Stein two-stage (pilot of 5 pairs)"
@@ -59,6 +62,16 @@ def test_stein_procedure_covers_the_true_delta(sd):
     assert covered / 200 >= 0.93
     if sd == 0.011:  # the H200's measured spread needs about ten pairs for ±1 point
         assert 6 <= np.median(pairs) <= 16
+
+
+def test_target_is_in_points_of_the_reported_percentage():
+    """At a +16% effect a log half-width of ln(1.01) reads as about ±1.16 points; the rule
+    sizes N so the back-transformed interval is ±1 point (found on the H200: ±1.03 at +15.8%)."""
+    pilot = [math.log(1.158) + x for x in (-0.0025, -0.0025, -0.0095, 0.0070, 0.0074)]
+    d = stats.stein_pairs(pilot, 1.0, 5, 40)
+    delta = stats.paired_log_delta(pilot + [math.log(1.158)] * (d.pairs - 5), d.pilot_sd, d.pilot_df)
+    assert delta.halfwidth <= 1.0 + 1e-9
+    assert d.pairs > stats.stein_pairs([x - math.log(1.158) for x in pilot], 1.0, 5, 40).pairs
 
 
 def test_paired_and_welch_intervals_match_scipy():
