@@ -20,6 +20,7 @@ from bench import stats
 from bench.fileio import read_json, read_jsonl
 
 BASELINE_ARM = "baseline"
+AA_ARM = "aa"
 CONFIDENCE = 0.95
 
 METRIC_FIELDS = [
@@ -379,7 +380,7 @@ def stein_decisions(runs_df: pd.DataFrame, targets: dict[str, dict]) -> dict[str
 
 
 def _deltas(
-    base_ok: pd.DataFrame, ok: pd.DataFrame, target: dict | None, equivalence_pct: float
+    base_ok: pd.DataFrame, ok: pd.DataFrame, target: dict | None, equivalence_pct: float, arm: str = ""
 ) -> dict[str, Any]:
     """Columns comparing one arm's ok runs with the baseline's ok runs of the same cell.
 
@@ -439,6 +440,13 @@ def _deltas(
             "ci_method": sps.method,
         }
     )
+    if arm == AA_ARM and not math.isnan(sps.lo):  # the baseline against itself: a check, not a finding
+        ok_aa = sps.lo <= 0 <= sps.hi
+        row["verdict_speed"] = (
+            f"A/A check passed: CI contains 0 (±{sps.halfwidth:.2f} points)"
+            if ok_aa
+            else "A/A check FAILED: CI excludes 0 (a false positive: the suite's noise is underestimated)"
+        )
     return row
 
 
@@ -486,7 +494,7 @@ def summary_table(
         }
         if arm != BASELINE_ARM:
             base_ok = ok_all[(ok_all["cell_id"] == cell_id) & (ok_all["arm"] == BASELINE_ARM)]
-            row.update(_deltas(base_ok, ok, precision.get(cell_id), equivalence_pct))
+            row.update(_deltas(base_ok, ok, precision.get(cell_id), equivalence_pct, str(arm)))
         rows.append(row)
     out = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
     if out.empty:

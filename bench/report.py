@@ -272,9 +272,10 @@ def precision_section(summary: pd.DataFrame, sweep: dict) -> list[str]:
         "",
         "Stein's two-stage rule: every cell runs a pilot of `min_pairs` pairs; the pilot's spread of the "
         "per-pair log-ratios fixes the total N = max(n0, ⌈(t·s0/h)²⌉) (capped at `max_pairs`) that gives a 95% "
-        "CI of half-width h; the interval uses the pilot's s0 and its t quantile (n0−1 degrees of freedom), "
-        "which keeps its coverage exact however N came out. A resumed sweep recomputes the same N from the "
-        "same pilot.",
+        "CI of half-width h (h chosen so that the back-transformed interval is ±target percentage points "
+        "around the pilot's ratio); the interval uses the pilot's s0 and its t quantile (n0−1 degrees of "
+        "freedom), so its coverage does not depend on how many pairs the pilot asked for. A cell runs as many "
+        "pairs as its most demanding arm wants. A resumed sweep recomputes the same N from the same pilot.",
         "",
     ]
     rows = []
@@ -282,16 +283,24 @@ def precision_section(summary: pd.DataFrame, sweep: dict) -> list[str]:
         t = targets.get(r.cell_id)
         if not t:
             continue
-        cap = "yes: target not reached" if r.hit_pair_cap is True else "no"
+        used, planned = _num(r.n_pairs), _num(r.pairs_planned)
+        if r.hit_pair_cap is True:
+            state = "cap hit: target not reached"
+        elif not math.isnan(planned) and not math.isnan(used) and used < planned:
+            state = f"unfinished: {int(planned - used)} more pair(s) planned (--resume)"
+        else:
+            state = (
+                "target met" if _num(r.delta_samples_per_s_halfwidth_pct) <= t["ci_halfwidth_pct"] else "—"
+            )
         rows.append(
             [
                 _md(r.cell_id), _md(r.arm), f"±{t['ci_halfwidth_pct']:g}", str(t["min_pairs"]),
-                _int(r.pairs_wanted), _int(r.pairs_planned), _int(r.n_pairs),
-                f"±{_f(r.delta_samples_per_s_halfwidth_pct, '.2f')}", cap,
+                _int(r.pairs_wanted), str(t["max_pairs"]), _int(r.n_pairs),
+                f"±{_f(r.delta_samples_per_s_halfwidth_pct, '.2f')}", state,
             ]
         )  # fmt: skip
-    header = ["cell", "arm", "target (points)", "pilot", "pairs wanted", "pairs planned", "pairs used",
-              "half-width achieved", "hit the cap"]  # fmt: skip
+    header = ["cell", "arm", "target (points)", "pilot pairs", "pairs this arm wants", "cap", "pairs used",
+              "half-width achieved", "state"]  # fmt: skip
     return [*lines, *_table(header, rows), ""]
 
 

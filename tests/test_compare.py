@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -96,3 +97,37 @@ def test_bad_inputs_raise_one_line_value_errors(pair, tmp_path):
     empty.write_text("")
     with pytest.raises(ValueError, match=r"empty\.csv: not a readable CSV"):
         compare(empty, pair[1])
+
+
+def _runs_csv(path: Path, values: dict[str, list[float]]) -> Path:
+    rows = [
+        {"run_id": f"c_{arm}_r{i}", "cell_id": "c", "profile": "m4b", "mode": "offline", "batch_size": 2,
+         "seq_len": 2048, "gpus": 1, "arm": arm, "repeat": i, "status": "ok", "samples_per_s": v,
+         "s_per_step_mean": 8 / v, "peak_vram_gib": 30.0}
+        for arm, vs in values.items() for i, v in enumerate(vs, 1)
+    ]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_compare_gives_each_row_a_welch_interval_and_a_verdict(tmp_path):
+    from scipy import stats as st
+
+    a_base, b_base = [8.70, 8.75, 8.68, 8.72], [9.10, 9.18, 9.05, 9.12]
+    a = _runs_csv(tmp_path / "a" / "runs.csv", {"baseline": a_base, "liger": [10.1, 10.12, 10.08]})
+    b = _runs_csv(tmp_path / "b" / "runs.csv", {"baseline": b_base, "liger": [10.09, 10.13]})
+    df = compare(a, b).set_index("arm")
+    base = df.loc["baseline"]
+    ci = st.ttest_ind(np.log(b_base), np.log(a_base), equal_var=False).confidence_interval(0.95)
+    assert (base.samples_per_s_delta_pct_ci95_low, base.samples_per_s_delta_pct_ci95_high) == pytest.approx(
+        (100 * np.expm1(ci.low), 100 * np.expm1(ci.high))
+    )
+    assert base.verdict == "B faster" and (base.n_runs_a, base.n_runs_b) == (4, 4)
+    assert df.loc["liger", "verdict"].startswith("too few runs (3 vs 2)")
+    # a summary.csv finds the runs.csv written beside it
+    summary = tmp_path / "a" / "summary.csv"
+    from bench.aggregate import summary_table
+
+    summary_table(pd.read_csv(a)).to_csv(summary, index=False)
+    assert compare(summary, b).set_index("arm").loc["baseline", "verdict"] == "B faster"

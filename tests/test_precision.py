@@ -97,6 +97,7 @@ def test_resume_of_a_killed_adaptive_sweep_reaches_the_same_decision(tmp_path):
 
     aa = pd.read_csv(killed / "summary.csv").set_index("arm").loc["aa"]
     assert aa.delta_samples_per_s_pct_ci95_low <= 0 <= aa.delta_samples_per_s_pct_ci95_high, summary
+    assert aa.verdict_speed.startswith("A/A check passed: CI contains 0")
     assert (
         aa.ci_method == "Stein two-stage (pilot of 3 pairs)"
         and aa.n_pairs == a["precision"][aa.cell_id]["decision"]["pairs"]
