@@ -228,7 +228,7 @@ def shipped(tmp_path, monkeypatch):
     for name in TRAIN_CONFIGS:
         mode = "online" if name.endswith("online") else "offline"
         write_train(tmp_path / "configs", name, profile=name.rsplit("-", 1)[0], mode=mode)
-    for name in ("cpu", "h200", "a100", "mi355x"):
+    for name in ("cpu", "h200", "h200-noise", "a100", "mi355x"):
         shutil.copy(REPO / "configs" / f"{name}.yaml", tmp_path / "configs")
     monkeypatch.chdir(tmp_path)
     return lambda name: load_config(Path("configs") / f"{name}.yaml")
@@ -241,7 +241,10 @@ def test_shipped_configs(shipped):
     assert len(plan(cpu)) == 8 and (cpu.steps, cpu.warmup_steps) == (12, 4)
     h200 = shipped("h200")
     assert set(h200.hardware) == {"h100", "h200"}
-    assert all(c.steps - c.warmup_steps >= 20 for c in h200.cells)
+    # 12 measured steps per run, pairs added until ±1 point (docs/method.md has the arithmetic)
+    assert all((c.steps, c.warmup_steps) == (15, 3) for c in h200.cells)
+    assert [(c.precision.ci_halfwidth_pct, c.precision.min_pairs) for c in h200.cells] == [(1.0, 5), (1.0, 3)]
+    assert h200.order == "shuffled"
     assert all(c.num_anchors == 512 for c in h200.cells)
     # The 4B cell is the seeds' method (8 samples per step); the online 8B cell uses 2 micro-batches.
     assert [c.accumulation_steps for c in h200.cells] == [4, 2]
@@ -261,5 +264,5 @@ def test_shipped_configs(shipped):
 
 def test_shipped_configs_against_real_training_configs(monkeypatch):
     monkeypatch.chdir(REPO)
-    for name in ("cpu", "h200", "a100", "mi355x"):
+    for name in ("cpu", "h200", "h200-noise", "a100", "mi355x"):
         assert plan(load_config(f"configs/{name}.yaml"))
