@@ -121,6 +121,8 @@ class RunRecord:
     @property
     def reason(self) -> str | None:
         if not self.run:
+            if (self.run_dir / "run.json").exists():
+                return "run.json is not valid JSON (a torn write, or not written by a trainer)"
             return "run.json missing: the trainer never started or died before writing it"
         return self.run.get("reason")
 
@@ -282,11 +284,14 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         **_provenance(rec),
     }
     note = None
+    planned = rec.cell.get("steps")
     if rec.status != "ok":
         if len(m):
             note = f"{len(m)} step(s) logged before status '{rec.status}'; excluded from stats"
     elif m.empty:
         note = "no metrics logged"
+    elif isinstance(planned, int) and len(m) < planned:
+        note = f"only {len(m)} of {planned} steps in metrics.jsonl: excluded from throughput stats"
     elif len(steady) < 2:
         note = (
             f"only {len(steady)} steady-state step(s) after dropping {rec.warmup_steps} warm-up: "

@@ -88,13 +88,18 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-def print_outcome(out_dir: Path, runs: list[Run]) -> None:
+FAILED = ("error", "timeout", "oom")
+
+
+def print_outcome(out_dir: Path, runs: list[Run]) -> int:
+    """Print the status counts and skip reasons; returns how many runs failed (error, timeout, oom)."""
     docs = [read_json(run_dir(out_dir, r) / "run.json") or {} for r in runs]
     counts = Counter(d.get("status", "missing") for d in docs)
     print("runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
     skipped = Counter(d.get("reason") for d in docs if d.get("status") == "skipped")
     for reason, n in skipped.items():
         print(f"skipped {n} run(s): {reason}")
+    return sum(counts[s] for s in (*FAILED, "missing"))
 
 
 def main_table(md: Path) -> str:

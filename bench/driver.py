@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import console
-from bench.fileio import atomic_write_json, read_json, read_jsonl
+from bench.fileio import atomic_write_json, read_json, read_jsonl, read_jsonl_counted
 from bench.launcher import exit_text, log_lines, mark_exit, now, reap_stale, run_process
 from bench.launcher import group_alive as group_alive  # re-exported for tests
 from bench.sweep_config import (
@@ -43,6 +44,7 @@ from bench.sweepdir import (
     TERMINAL,
     cache_dir_for,
     check_out_dir,
+    check_out_path,
     clear_results,
     compile_cache_dir,
     is_finished,
@@ -126,8 +128,13 @@ def run_sweep(
         raise SweepError(
             "--resume and --force exclude each other: --resume finishes a sweep, --force starts it over"
         )
-    out_dir = Path(out) if out else Path(cfg.out)
+    if out is not None and not str(out).strip():
+        raise SweepError("--out: empty path; expected a directory")
+    out_dir = Path(out) if out is not None else Path(cfg.out)
+    check_out_path(out_dir)
     runs = plan(cfg)
+    _check_imports(cfg)
+    check_cells(cfg, out_dir)
     info = _detect()
     problem = _hardware_problem(cfg, info)
     if dry_run:
@@ -180,8 +187,15 @@ def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> i
     except KeyboardInterrupt:
         print("\ninterrupted: the run in flight was stopped; --resume redoes it", file=sys.stderr)
         return 130
-    console.print_outcome(out_dir, runs)
-    return report(out_dir)
+    failed = console.print_outcome(out_dir, runs)
+    rc = report(out_dir)
+    if failed and rc == 0:
+        print(
+            f"{failed} of {len(runs)} runs did not finish ok (see report.md: 'Runs that did not finish ok')",
+            file=sys.stderr,
+        )
+        return 1
+    return rc
 
 
 def _run_pending(cfg, runs, out_dir, skip, caches, compile_dir, progress: console.Progress) -> None:
@@ -289,7 +303,16 @@ def compile_env(compile_dir: Path | None) -> dict[str, str]:
 def reconcile(rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> dict:
     """The run's final run.json: the trainer's own when it recorded an end status, else the driver's."""
     doc = read_json(rdir / "run.json")
+    torn = (rdir / "run.json").exists() and not isinstance(doc, dict)
     doc = doc if isinstance(doc, dict) else {}
+    if doc.get("status") == "ok":
+        short = _short_metrics(rdir, run)
+        if short:  # "ok" with steps missing is not a result: say what was found
+            doc.update(
+                status="error", reason=short, driver_note="the trainer recorded ok; the driver did not"
+            )
+            atomic_write_json(rdir / "run.json", doc)
+            return doc
     if doc.get("status") in TERMINAL:
         if timed_out:  # it finished, then hung on the way out: keep its result, say what happened
             doc["driver_note"] = (
@@ -316,8 +339,79 @@ def reconcile(rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> d
         else:
             last = lines[-1] if lines else "no output"
             doc.update(status="error", reason=f"{last} ({exit_text(rc)})")
+    if torn:
+        doc["driver_note"] = (
+            "the trainer's run.json was not valid JSON (a torn write); replaced by the driver's"
+        )
     atomic_write_json(rdir / "run.json", doc)
     return doc
+
+
+def _short_metrics(rdir: Path, run: Run) -> str | None:
+    """Why an "ok" run's metrics.jsonl cannot back its result (steps missing, unreadable lines), or None."""
+    rows, bad = read_jsonl_counted(rdir / "metrics.jsonl")
+    steps = {r["step"] for r in rows if isinstance(r.get("step"), int)}
+    if len(steps) >= run.cell.steps and not bad:
+        return None
+    found = f"metrics.jsonl holds {len(steps)} of {run.cell.steps} steps"
+    return found + (f" and {bad} unreadable line(s)" if bad else "") + "; the run is not counted"
+
+
+# ---------------------------------------------------------------- checks before anything is written
+
+DRIVER_PACKAGES = ("yaml", "pandas", "scipy", "matplotlib", "tqdm")
+SPECFORGE_PACKAGES = ("torch", "transformers", "safetensors")
+CHECK_TIMEOUT_S = 120.0
+
+
+def _check_imports(cfg: SweepConfig) -> None:
+    """One line naming the missing packages, before anything is written (not a ModuleNotFoundError later)."""
+    import importlib.util
+
+    wanted = DRIVER_PACKAGES + (SPECFORGE_PACKAGES if cfg.trainer_module == "specforge" else ())
+    missing = [m for m in wanted if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SweepError(
+            f"this Python ({sys.executable}) lacks {', '.join(missing)}: run `make install` (the venv), or "
+            "point PYTHON= at an environment that has them"
+        )
+
+
+def check_command(cfg: SweepConfig, cell: Cell, out_dir: Path) -> list[str]:
+    """The trainer's validate-only command for a cell: its training config with every --set the runs get."""
+    run = Run("check", cell, "baseline", 1, 0)
+    argv = train_command(cfg, run, out_dir / "runs" / "check", cache_dir_for(out_dir, cell))
+    sub = argv.index("train")
+    return [sys.executable, "-m", cfg.trainer_module, "check", *argv[sub + 1 : argv.index("--output-dir")]]
+
+
+def check_cells(cfg: SweepConfig, out_dir: Path) -> None:
+    """Ask the trainer to validate every cell's training config (unknown or mistyped `set:` keys, an
+    unknown profile or trainer module) before anything is written; SweepError with its one line."""
+    seen: set[tuple] = set()
+    for cell in cfg.cells:
+        argv = check_command(cfg, cell, out_dir)
+        if tuple(argv) in seen:
+            continue
+        seen.add(tuple(argv))
+        try:
+            r = subprocess.run(
+                argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL
+            )
+        except subprocess.TimeoutExpired:
+            raise SweepError(
+                f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id}): the trainer's check did not answer in {CHECK_TIMEOUT_S:g} s"
+            ) from None
+        if r.returncode == 0:
+            continue
+        lines = [ln.strip() for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
+        last = lines[-1] if lines else f"exit code {r.returncode}"
+        if "No module named" in last and cfg.trainer_module.split(".")[0] in last:
+            raise SweepError(
+                f"{cfg.path}: trainer_module: {cfg.trainer_module!r} cannot be run here ({last})"
+            )
+        last = last.removeprefix("error: ")
+        raise SweepError(f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id}): {last}")
 
 
 # ---------------------------------------------------------------- commands and records

@@ -53,10 +53,16 @@ def append_jsonl(path: str | Path, obj: Any) -> None:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """Every complete JSON object in the file; a torn or corrupt line is skipped."""
+    """Every complete JSON object in the file; a torn or corrupt line is skipped (see read_jsonl_counted)."""
+    return read_jsonl_counted(path)[0]
+
+
+def read_jsonl_counted(path: str | Path) -> tuple[list[dict], int]:
+    """(every complete JSON object in the file, how many non-empty lines could not be read)."""
     rows: list[dict] = []
+    bad = 0
     try:
-        with open(path) as f:
+        with open(path, errors="replace") as f:
             for line in f:
                 line = line.strip()
                 if not line:
@@ -64,9 +70,12 @@ def read_jsonl(path: str | Path) -> list[dict]:
                 try:
                     obj = json.loads(line)
                 except ValueError:
+                    bad += 1
                     continue
                 if isinstance(obj, dict):
                     rows.append(obj)
+                else:
+                    bad += 1
     except OSError:
-        return []
-    return rows
+        return [], 0
+    return rows, bad

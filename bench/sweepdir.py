@@ -44,10 +44,47 @@ def cache_dir_for(out_dir: Path, cell: Cell) -> Path | None:
     return out_dir / "cache" / cell.cache_key() if cell.mode == "offline" else None
 
 
+# What a sweep directory may hold that the sweep made (everything else is the user's).
+OWN_ENTRIES = {"sweep.json", "runs", "cache", ".sweep.lock", *AGGREGATE_OUTPUTS}
+
+
+def check_out_path(out_dir: Path, flag: str = "--out") -> None:
+    """One line (SweepError) when ``out_dir`` cannot be a sweep directory: a file, unwritable, empty."""
+    if not str(out_dir).strip():
+        raise SweepError(f"{flag}: empty path; expected a directory")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SweepError(f"{flag} {out_dir}: is a file; expected a directory")
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SweepError(f"{flag} {out_dir}: {existing} is a file; expected a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == out_dir else f" ({existing} is where it would be created)"
+        raise SweepError(f"{flag} {out_dir}: not writable{where}; choose a directory you can write to")
+
+
+def foreign_entries(out_dir: Path) -> list[str]:
+    """Entries of ``out_dir`` that no sweep makes (sorted); [] when it does not exist."""
+    if not out_dir.is_dir():
+        return []
+    return sorted(p.name for p in out_dir.iterdir() if p.name not in OWN_ENTRIES)
+
+
 def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) -> dict | None:
-    """Refuse to touch an existing sweep without --resume/--force; returns the old sweep.json on resume."""
+    """Refuse to touch an existing sweep without --resume/--force, or a directory holding anything
+    but a sweep; returns the old sweep.json on resume."""
+    check_out_path(out_dir)
     sweep_json = out_dir / "sweep.json"
     if not sweep_json.exists() and not (out_dir / "runs").exists():
+        theirs = [p.name for p in out_dir.iterdir()] if out_dir.is_dir() else []
+        theirs = sorted(set(theirs) - {"cache", ".sweep.lock"})
+        if theirs:
+            shown = ", ".join(theirs[:4]) + (f" and {len(theirs) - 4} more" if len(theirs) > 4 else "")
+            raise SweepError(
+                f"{out_dir} is not empty and holds no sweep (found {shown}); a sweep writes only into an empty "
+                "or new directory or its own sweep directory: choose another --out (make: OUT=DIR)"
+            )
         return None
     if force:
         return None

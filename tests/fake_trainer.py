@@ -2,6 +2,7 @@
 
     python -m tests.fake_trainer train CONFIG --output-dir DIR [--set k=v ...] [--use-liger-kernel]
     python -m tests.fake_trainer prepare CONFIG --output-dir DIR [--set k=v ...]
+    python -m tests.fake_trainer check CONFIG [--set k=v ...]   # exit 2 on an unknown top-level key
 
 Behaviours are chosen with --set keys:
     fake.step_sleep=0.05     seconds per step
@@ -35,6 +36,8 @@ from pathlib import Path
 import yaml
 
 from bench.fileio import append_jsonl, atomic_write_json
+
+KNOWN_KEYS = {"profile", "mode", "data", "training", "model", "target", "fake"}
 
 
 def _now() -> str:
@@ -177,13 +180,25 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.fake_trainer")
-    p.add_argument("command", choices=["train", "prepare"])
+    p.add_argument("command", choices=["train", "prepare", "check"])
     p.add_argument("config")
     p.add_argument("--set", action="append", default=[], dest="sets")
     p.add_argument("--use-liger-kernel", action="store_true")
-    p.add_argument("--output-dir", required=True)
+    p.add_argument("--output-dir")
     args = p.parse_args(argv)
     cfg = _load(args.config, _parse_sets(args.sets))
+    if args.command == "check":
+        unknown = sorted(set(cfg) - KNOWN_KEYS)
+        if unknown:
+            print(
+                f"error: {unknown[0]}: unknown key; expected one of {', '.join(sorted(KNOWN_KEYS))}",
+                file=sys.stderr,
+            )
+            return 2
+        return 0
+    if not args.output_dir:
+        print("error: --output-dir is required", file=sys.stderr)
+        return 2
     if args.command == "prepare":
         return prepare(cfg, Path(args.output_dir))
     return train(cfg, Path(args.output_dir), args.use_liger_kernel)

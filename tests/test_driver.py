@@ -270,17 +270,24 @@ def test_report_and_compare_bad_input(tmp_path, fakes, capsys):
 # ---------------------------------------------------------------- a sweep with every outcome
 
 
-def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path, fakes, capsys):
+@pytest.fixture(scope="module")
+def failure_sweep(tmp_path_factory):
+    """One sweep with every outcome (run once for the tests below): (out dir, exit status, stdout, stderr)."""
+    tmp_path = tmp_path_factory.mktemp("failures")
+    mp = pytest.MonkeyPatch()
+    mp.chdir(REPO)
+    mp.setattr(driver, "detect_hardware", lambda: dict(CPU_INFO))
+    mp.setattr(driver, "check_hardware", fake_check_hardware)
+    mp.setattr(driver, "make_poller", lambda run_dir, interval_s: FakePoller(run_dir, interval_s))
+    mp.setattr(driver, "build_report", fake_build_report)
+    mp.setattr(driver, "liger_skip_reason", lambda: driver.NO_GPU)
+    mp.setattr(driver, "vram_preflight", lambda: None)
+    mp.setattr(launcher, "KILL_GRACE_S", 2.0)
     tc = train_configs(tmp_path)
 
     def cell(label, **fake):
-        return {
-            "config": tc["online"],
-            "batch_size": 1,
-            "seq_len": 64,
-            "label": label,
-            "set": {f"fake.{k}": v for k, v in fake.items()},
-        }
+        sets = {f"fake.{k}": v for k, v in fake.items()}
+        return {"config": tc["online"], "batch_size": 1, "seq_len": 64, "label": label, "set": sets}
 
     cells = [
         cell("crash", crash_at_step=3),
@@ -294,53 +301,77 @@ def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path, fakes, capsys):
         {**cell("hangexit", hang_at_exit=True), "timeout_s": 1.5},
     ]
     out = tmp_path / "out"
-    assert (
-        main(["sweep", str(sweep_file(tmp_path, cells, arms=["baseline", "liger"])), "--out", str(out)]) == 0
-    )
+    cfg_path = sweep_file(tmp_path, cells, arms=["baseline", "liger"])
+    import contextlib
+    import io
+
+    so, se = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+        rc = main(["sweep", str(cfg_path), "--out", str(out)])
+    mp.undo()
+    return out, rc, so.getvalue(), se.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("run", "status", "reason"),
+    [
+        ("tiny_online_bs1_s64_crash", "error", "RuntimeError: fake crash at step 3 (exit code 1)"),
+        ("tiny_online_bs1_s64_oom", "oom", "CUDA out of memory"),  # the trainer's own record (exit 3)
+        ("tiny_online_bs1_s64_rawoom", "oom", "CUDA out of memory"),  # found in the log
+        ("tiny_online_bs1_s64_hang", "timeout", "timed out after 1.5 s at step 2/4"),
+        (
+            "tiny_offline_bs1_s64",
+            "error",
+            "cache prepare failed: error: fake prepare failure (data.fail_prepare)",
+        ),
+        ("tiny_offline_bs2_s32", "ok", None),
+        ("tiny_online_bs1_s64_ok", "ok", None),
+        ("tiny_online_bs1_s64_hangexit", "ok", None),  # finished, then hung: the result stands
+    ],
+)
+def test_each_outcome_is_recorded_with_its_reason(failure_sweep, run, status, reason):
+    out = failure_sweep[0]
+    doc = read_json(out / "runs" / f"{run}_baseline_r1" / "run.json")
+    assert doc["status"] == status
+    if reason is not None:
+        assert reason in doc["reason"]
+    if run.endswith("hang"):
+        assert doc["config"]  # the trainer's run.json fields are kept
+    if run.endswith("hangexit"):
+        assert "after recording its end status" in doc["driver_note"]
+
+
+def test_failed_runs_make_the_sweep_exit_nonzero_and_it_goes_on(failure_sweep):
+    out, rc, printed, err = failure_sweep
     runs = statuses(out)
-    base = {k[: -len("_baseline_r1")]: v for k, v in runs.items() if k.endswith("_baseline_r1")}
-    assert base["tiny_online_bs1_s64_crash"]["status"] == "error"
-    assert base["tiny_online_bs1_s64_crash"]["reason"] == "RuntimeError: fake crash at step 3 (exit code 1)"
-    assert base["tiny_online_bs1_s64_oom"]["status"] == "oom"  # the trainer's own record (exit 3)
-    assert base["tiny_online_bs1_s64_rawoom"]["status"] == "oom"  # found in the log
-    assert "CUDA out of memory" in base["tiny_online_bs1_s64_rawoom"]["reason"]
-    hang = base["tiny_online_bs1_s64_hang"]
-    assert hang["status"] == "timeout" and hang["reason"] == "timed out after 1.5 s at step 2/4"
-    assert hang["config"]  # the trainer's run.json fields are kept
-    failed = base["tiny_offline_bs1_s64"]
-    assert failed == failed | {
-        "status": "error",
-        "reason": "cache prepare failed: error: fake prepare failure (data.fail_prepare)",
-    }
-    assert base["tiny_offline_bs2_s32"]["status"] == "ok" and base["tiny_online_bs1_s64_ok"]["status"] == "ok"
-    hung_at_exit = base["tiny_online_bs1_s64_hangexit"]  # finished, then hung: the result stands
-    assert hung_at_exit["status"] == "ok" and "after recording its end status" in hung_at_exit["driver_note"]
-    # the two offline cells with the same profile and seq_len share one cache, prepared once
+    assert len(runs) == 18  # every planned run has a record: the sweep went on after each failure
+    assert rc == 1 and "5 of 18 runs did not finish ok" in err
+    assert f"skipped 9 run(s): {driver.NO_GPU}" in printed
+    assert "report: " in printed and "| run | status |" in printed
+    for rid, doc in runs.items():
+        if rid.endswith("_liger_r1"):
+            assert doc == {**doc, "status": "skipped", "reason": driver.NO_GPU, "arm": "liger"}
+            assert (out / "runs" / rid / "cell.json").exists()
+            assert not (out / "runs" / rid / "stdout.log").exists()
+    for pgid in launched_groups(out):  # the hung run's grandchild died with its group
+        assert not driver.group_alive(pgid)
+
+
+def test_offline_cells_share_one_cache_and_records_are_complete(failure_sweep):
+    out = failure_sweep[0]
     caches = {
         read_json(out / "runs" / f"tiny_offline_bs{b}_s32_baseline_r1" / "cell.json")["cache_dir"]
         for b in (2, 4)
     }
     assert len(caches) == 1 and [p.name for p in (out / "cache").glob("tiny_s32_*.log")] != []
-    assert len(list((out / "cache").glob("tiny_s32_*.launch.json"))) == 1
-    for rid, doc in runs.items():
-        if rid.endswith("_liger_r1"):
-            assert doc == {**doc, "status": "skipped", "reason": driver.NO_GPU, "arm": "liger"}
-            assert (out / "runs" / rid / "cell.json").exists() and not (
-                out / "runs" / rid / "stdout.log"
-            ).exists()
+    assert len(list((out / "cache").glob("tiny_s32_*.launch.json"))) == 1  # prepared once
     cell_json = read_json(out / "runs" / "tiny_offline_bs2_s32_baseline_r1" / "cell.json")
     assert cell_json["command"][-1] == str(out / "runs" / "tiny_offline_bs2_s32_baseline_r1")
     assert cell_json["cache_dir"] and cell_json["order_index"] == 10 and cell_json["num_anchors"] == 8
-    assert {"run_id", "cell_id", "profile", "mode", "warmup_steps", "loss_tolerance", "gpus", "nodes"} <= set(
-        cell_json
-    )
-    for pgid in launched_groups(out):  # the hung run's grandchild died with its group
-        assert not driver.group_alive(pgid)
-    printed = capsys.readouterr().out
-    assert f"skipped 9 run(s): {driver.NO_GPU}" in printed
-    assert "report: " in printed and "| run | status |" in printed
+    keys = {"run_id", "cell_id", "profile", "mode", "warmup_steps", "loss_tolerance", "gpus", "nodes"}
+    assert keys <= set(cell_json)
     sweep = read_json(out / "sweep.json")
-    assert sweep["order"] == [r.run_id for r in plan(load_config(tmp_path / "sweep.yaml"))]
+    assert sweep["order"] == [r.run_id for r in plan(load_config(Path(sweep["config_path"])))]
     assert sweep["hardware"] == CPU_INFO and sweep["argv"] and sweep["config"]["steps"] == 4
 
 
@@ -349,7 +380,7 @@ def test_torchrun_runs_and_its_timeout_kills_every_rank(tmp_path, fakes):
     cell = {"config": tc["online"], "batch_size": 1, "seq_len": 32, "gpus_per_run": 2}
     cells = [cell, {**cell, "label": "hang", "set": {"fake.hang_at_step": 2}, "timeout_s": 4}]
     out = tmp_path / "out"
-    assert main(["sweep", str(sweep_file(tmp_path, cells)), "--out", str(out)]) == 0
+    assert main(["sweep", str(sweep_file(tmp_path, cells)), "--out", str(out)]) == 1  # one run timed out
     runs = statuses(out)
     ok = runs["tiny_online_bs1_s32_g2_baseline_r1"]
     assert ok["status"] == "ok" and ok["world_size"] == 2

@@ -1,0 +1,139 @@
+"""The driver never loses a user's file and refuses bad input in one line before writing anything:
+foreign output directories, bad paths, cells the trainer rejects, missing packages, torn run files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bench import driver
+from bench.__main__ import main
+from bench.fileio import read_json
+from bench.sweep_config import Run, load_config
+from tests.test_driver import fakes, snapshot, sweep_file, train_configs  # noqa: F401
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    tc = train_configs(tmp_path)
+    return sweep_file(tmp_path, [{"config": tc["online"], "batch_size": 1, "seq_len": 32}])
+
+
+def test_a_directory_holding_the_users_files_is_refused(tmp_path, cfg, fakes, capsys):  # noqa: F811
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name in ("summary.csv", "report.md", "throughput.png", "notes.txt"):
+        (out / name).write_text(f"the user's {name}")
+    before = snapshot(out)
+    for flags in ([], ["--resume"], ["--force"]):
+        assert main(["sweep", str(cfg), "--out", str(out), *flags]) == 2
+        err = one_line_error(capsys)
+        assert "is not empty and holds no sweep" in err and "notes.txt" in err
+        assert snapshot(out) == before
+
+
+def test_force_replaces_only_what_the_sweep_made(tmp_path, cfg, fakes, capsys):  # noqa: F811
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 0
+    (out / "my-plot.png").write_text("mine")
+    (out / "notes.txt").write_text("mine")
+    assert main(["sweep", str(cfg), "--out", str(out), "--force"]) == 0
+    assert (out / "my-plot.png").read_text() == "mine" and (out / "notes.txt").read_text() == "mine"
+    assert read_json(out / "sweep.json")["name"] == "t"
+
+
+@pytest.mark.parametrize("kind", ["file", "empty", "under-a-file"])
+def test_bad_output_paths_are_one_line(tmp_path, cfg, fakes, capsys, kind):  # noqa: F811
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    out = {"file": str(a_file), "empty": "", "under-a-file": str(a_file / "sub")}[kind]
+    before = snapshot(tmp_path)
+    assert main(["sweep", str(cfg), "--out", out]) == 2
+    err = one_line_error(capsys)
+    assert {"file": "is a file", "empty": "empty path", "under-a-file": "is a file"}[kind] in err
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_unwritable_output_is_one_line(tmp_path, cfg, fakes, capsys):  # noqa: F811
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    assert main(["sweep", str(cfg), "--out", str(locked / "out")]) == 2
+    assert "not writable" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_cell_the_trainer_rejects_is_refused_before_anything_is_written(tmp_path, fakes, capsys, dry_run):  # noqa: F811
+    tc = train_configs(tmp_path)
+    cells = [
+        {"config": tc["online"], "batch_size": 1, "seq_len": 32},
+        {"config": tc["online"], "batch_size": 2, "seq_len": 32, "set": {"trainnig.lr": 0.1}},
+    ]
+    path = sweep_file(tmp_path, cells)
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), *(["--dry-run"] if dry_run else [])]) == 2
+    err = one_line_error(capsys)
+    assert "cells[1] (tiny_online_bs2_s32)" in err and "trainnig: unknown key" in err
+    assert not out.exists()
+
+
+def test_an_unknown_trainer_module_is_refused(tmp_path, fakes, capsys):  # noqa: F811
+    tc = train_configs(tmp_path)
+    path = sweep_file(
+        tmp_path, [{"config": tc["online"], "batch_size": 1, "seq_len": 32}], trainer_module="nosuch"
+    )
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "trainer_module: 'nosuch' cannot be run here" in one_line_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_packages_are_named_before_anything_is_written(tmp_path, cfg, fakes, capsys, monkeypatch):  # noqa: F811
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pandas" else real(name, *a)
+    )
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    err = one_line_error(capsys)
+    assert "lacks pandas" in err and "make install" in err
+    assert not (tmp_path / "out").exists()
+
+
+def _run(tmp_path: Path) -> tuple[Run, Path]:
+    tc = train_configs(tmp_path)
+    cfg = load_config(sweep_file(tmp_path, [{"config": tc["online"], "batch_size": 1, "seq_len": 32}]))
+    rdir = tmp_path / "rdir"
+    rdir.mkdir()
+    return Run("r", cfg.cells[0], "baseline", 1, 0), rdir
+
+
+def test_an_ok_run_with_missing_or_torn_metrics_is_not_ok(tmp_path):
+    run, rdir = _run(tmp_path)  # 4 steps planned
+    (rdir / "run.json").write_text(json.dumps({"status": "ok", "reason": None}))
+    rows = [json.dumps({"step": i, "step_time_s": 0.1, "samples": 1}) for i in (1, 2, 3)]
+    (rdir / "metrics.jsonl").write_text("\n".join(rows) + '\n{"step": 4, "step_ti')
+    doc = driver.reconcile(rdir, run, 0, False, "t0")
+    assert doc["status"] == "error"
+    assert (
+        doc["reason"] == "metrics.jsonl holds 3 of 4 steps and 1 unreadable line(s); the run is not counted"
+    )
+    assert read_json(rdir / "run.json")["status"] == "error"
+
+
+def test_a_torn_run_json_is_reported_as_such(tmp_path):
+    run, rdir = _run(tmp_path)
+    (rdir / "run.json").write_text('{"status": "ok", "rea')
+    (rdir / "stdout.log").write_text("step 1/4\nKilled\n")
+    doc = driver.reconcile(rdir, run, -9, False, "t0")
+    assert doc["status"] == "error" and doc["reason"] == "Killed (killed by SIGKILL)"
+    assert "not valid JSON" in doc["driver_note"]
