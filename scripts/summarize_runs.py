@@ -1,35 +1,49 @@
-"""Summarise trainer run directories (run.json + metrics.jsonl) into a markdown table.
+"""Summarise trainer run directories (run.json + metrics.jsonl, no sweep) into a markdown table.
 
 Usage: python scripts/summarize_runs.py DIR [--warmup 10]
-Steady state = steps after the warm-up; samples/s = total samples / total time.
+
+Throughput has one definition in this project, bench.aggregate.run_row: the steps after the
+warm-up (by step number), total samples / total step time.
 """
 
 import argparse
-import json
+import math
+import sys
 from pathlib import Path
 
-p = argparse.ArgumentParser()
-p.add_argument("dir", type=Path)
-p.add_argument("--warmup", type=int, default=10)
-args = p.parse_args()
-print(
-    "| run | status | steps | samples/s | s/step | torch peak alloc GiB | reserved GiB | loss @ last | MFU |"
-)
-print("|---|---|---|---|---|---|---|---|---|")
-for run_json in sorted(args.dir.glob("*/run.json")):
-    run = json.loads(run_json.read_text())
-    lines = (run_json.parent / "metrics.jsonl").read_text().splitlines()
-    rows = [json.loads(x) for x in lines if x.strip()]
-    steady = rows[args.warmup :] or rows
-    if not steady:
-        print(f"| {run_json.parent.name} | {run['status']} ({run.get('reason')}) | 0 | | | | | | |")
-        continue
-    t = sum(r["step_time_s"] for r in steady)
-    sps = sum(r["samples"] for r in steady) / t
-    mfu = [r["mfu"] for r in steady if r.get("mfu") is not None]
-    mfu_s = f"{100 * sum(mfu) / len(mfu):.1f}%" if mfu else "n/a"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.aggregate import load_run, run_row  # noqa: E402
+
+
+def _f(x, spec: str) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("dir", type=Path)
+    p.add_argument("--warmup", type=int, default=10, help="steps dropped before measuring (by step number)")
+    args = p.parse_args()
     print(
-        f"| {run_json.parent.name} | {run['status']} | {len(rows)} | {sps:.2f} | {t / len(steady):.3f} | "
-        f"{max(r['torch_peak_allocated_gib'] for r in rows):.2f} | {max(r['torch_peak_reserved_gib'] for r in rows):.2f} | "
-        f"{rows[-1]['loss']:.4f} | {mfu_s} |"
+        "| run | status | steps | samples/s | s/step | torch peak alloc GiB | reserved GiB | loss @ last | MFU |"
     )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for run_json in sorted(args.dir.glob("*/run.json")):
+        rec = load_run(run_json.parent)
+        rec.cell = {**rec.cell, "warmup_steps": args.warmup}
+        r = run_row(rec)
+        status = r["status"] if r["status"] == "ok" else f"{r['status']} ({r['reason']})"
+        mfu = (
+            _f(100 * r["mfu"], ".1f") + "%"
+            if isinstance(r.get("mfu"), float) and r["mfu"] == r["mfu"]
+            else "n/a"
+        )
+        print(
+            f"| {run_json.parent.name} | {status} | {r['steps_total']} | {_f(r.get('samples_per_s'), '.2f')} | "
+            f"{_f(r.get('s_per_step_mean'), '.3f')} | {_f(r['torch_peak_allocated_gib'], '.2f')} | "
+            f"{_f(r['torch_peak_reserved_gib'], '.2f')} | {_f(r.get('loss_last'), '.4f')} | {mfu} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
