@@ -138,12 +138,43 @@ def write_sweep_json(cfg, runs, out_dir, info, previous, argv) -> None:
         "argv": list(argv),
         "created": now,
         "hardware": info,
+        "git_commit": git_commit(),
         "resumes": [],
     }
     if previous:
         doc["created"] = previous.get("created", now)
-        doc["resumes"] = [*previous.get("resumes", []), {"time": now, "argv": list(argv), "hardware": info}]
+        doc["resumes"] = [
+            *previous.get("resumes", []),
+            {"time": now, "argv": list(argv), "hardware": info, "git_commit": doc["git_commit"]},
+        ]
     atomic_write_json(out_dir / "sweep.json", doc)
+
+
+def git_commit() -> str | None:
+    """The code's commit: $BENCH_GIT_COMMIT (set it where the code was copied without .git), else
+    ``git describe --always --dirty`` of this checkout, else None."""
+    if os.environ.get("BENCH_GIT_COMMIT"):
+        return os.environ["BENCH_GIT_COMMIT"]
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(Path(__file__).resolve().parent.parent),
+                "describe",
+                "--always",
+                "--dirty",
+                "--abbrev=12",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def update_sweep_json(out_dir: Path, **fields) -> None:
