@@ -44,10 +44,6 @@ def cache_dir_for(out_dir: Path, cell: Cell) -> Path | None:
     return out_dir / "cache" / cell.cache_key() if cell.mode == "offline" else None
 
 
-# What a sweep directory may hold that the sweep made (everything else is the user's).
-OWN_ENTRIES = {"sweep.json", "runs", "cache", ".sweep.lock", *AGGREGATE_OUTPUTS}
-
-
 def check_out_path(out_dir: Path, flag: str = "--out") -> None:
     """One line (SweepError) when ``out_dir`` cannot be a sweep directory: a file, unwritable, empty."""
     if not str(out_dir).strip():
@@ -64,11 +60,8 @@ def check_out_path(out_dir: Path, flag: str = "--out") -> None:
         raise SweepError(f"{flag} {out_dir}: not writable{where}; choose a directory you can write to")
 
 
-def foreign_entries(out_dir: Path) -> list[str]:
-    """Entries of ``out_dir`` that no sweep makes (sorted); [] when it does not exist."""
-    if not out_dir.is_dir():
-        return []
-    return sorted(p.name for p in out_dir.iterdir() if p.name not in OWN_ENTRIES)
+def _shown(names: list[str], limit: int) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) -> dict | None:
@@ -77,12 +70,12 @@ def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) ->
     check_out_path(out_dir)
     sweep_json = out_dir / "sweep.json"
     if not sweep_json.exists() and not (out_dir / "runs").exists():
-        theirs = [p.name for p in out_dir.iterdir()] if out_dir.is_dir() else []
-        theirs = sorted(set(theirs) - {"cache", ".sweep.lock"})
+        # no sweep here: only an empty directory (or one holding shared caches) may become one
+        names = [p.name for p in out_dir.iterdir()] if out_dir.is_dir() else []
+        theirs = sorted(set(names) - {"cache", ".sweep.lock"})
         if theirs:
-            shown = ", ".join(theirs[:4]) + (f" and {len(theirs) - 4} more" if len(theirs) > 4 else "")
             raise SweepError(
-                f"{out_dir} is not empty and holds no sweep (found {shown}); a sweep writes only into an empty "
+                f"{out_dir} is not empty and holds no sweep (found {_shown(theirs, 4)}); a sweep writes only into an empty "
                 "or new directory or its own sweep directory: choose another --out (make: OUT=DIR)"
             )
         return None
@@ -100,9 +93,8 @@ def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) ->
         )
     changed = diff_resolved(old["config"], cfg.resolved)
     if changed:
-        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         raise SweepError(
-            f"--resume: {out_dir} was run with a different config ({shown} differ); "
+            f"--resume: {out_dir} was run with a different config ({_shown(changed, 6)} differ); "
             "use --force to start over or --out for a new directory"
         )
     return old
