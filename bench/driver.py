@@ -56,6 +56,10 @@ from bench.sweepdir import (
 
 NO_GPU = "Liger's Triton kernels need a CUDA or ROCm GPU; this machine has none"
 NO_LIGER = "liger-kernel is not installed: pip install '.[liger]'"
+NO_LIGER_ROCM = (
+    "liger-kernel is not installed: pip install --no-deps 'liger-kernel>=0.6.0' (ROCm: without its triton "
+    "requirement, which would add a CUDA Triton beside pytorch-triton-rocm; docs/rocm.md)"
+)
 OOM_RE = re.compile(r"CUDA out of memory|HIP out of memory|OutOfMemoryError")
 
 # ---------------------------------------------------------------- seams onto the other bench modules
@@ -102,12 +106,13 @@ def liger_skip_reason() -> str | None:
         import torch
 
         has_gpu = torch.cuda.is_available()
+        rocm = bool(getattr(torch.version, "hip", None))
     except Exception:
-        has_gpu = False
+        has_gpu, rocm = False, False
     if not has_gpu:
         return NO_GPU
     if importlib.util.find_spec("liger_kernel") is None:
-        return NO_LIGER
+        return NO_LIGER_ROCM if rocm else NO_LIGER
     return None
 
 

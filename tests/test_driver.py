@@ -399,6 +399,8 @@ def test_liger_skip_reasons(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     assert driver.liger_skip_reason() == driver.NO_LIGER
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133", raising=False)  # ROCm: no pip-installed triton
+    assert driver.liger_skip_reason() == driver.NO_LIGER_ROCM and "--no-deps" in driver.NO_LIGER_ROCM
 
 
 def test_keyboard_interrupt_stops_the_run_and_leaves_it_unfinished(tmp_path, fakes, monkeypatch, capsys):
