@@ -81,8 +81,10 @@ $(STAMP): pyproject.toml
 	$(LIGER_STEP)
 	@touch $@
 
+# Two workers (pytest-xdist, in the dev extra) when available: most tests wait on subprocesses.
+TEST_WORKERS ?= 2
 test: $(INSTALL)
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS)") tests
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -18,7 +18,7 @@ from bench.fileio import read_json, read_jsonl
 from bench.sweep_config import SweepError, load_config, plan
 from tests.test_driver import REPO, fakes, statuses, sweep_file, train_configs  # noqa: F401
 
-PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 8}
+PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 5}
 # per-run throughput drawn from a known distribution: 0.1 s/step times exp(N(0, 0.5%))
 NOISY = {"fake.step_time_s": 0.1, "fake.run_sd": 0.005, "fake.step_sleep": 0.0}
 
@@ -57,7 +57,7 @@ def test_adaptive_sweep_stops_where_steins_rule_says(tmp_path, fakes):  # noqa: 
         )
         for i in (1, 2, 3)
     ]
-    expected = stats.stein_pairs(pilot, 1.0, 3, 8)
+    expected = stats.stein_pairs(pilot, 1.0, 3, PRECISION["max_pairs"])
     assert expected.pairs > 3  # the pilot alone does not reach ±1 point here
     assert sorted(runs) == sorted(
         f"{cell}_{a}_r{i}" for i in range(1, expected.pairs + 1) for a in ("baseline", "aa")
