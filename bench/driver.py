@@ -382,10 +382,11 @@ def _check_imports(cfg: SweepConfig) -> None:
         )
 
 
-def check_command(cfg: SweepConfig, cell: Cell, out_dir: Path) -> list[str]:
-    """The trainer's validate-only command for a cell: its training config with every --set the runs get."""
+def check_command(cfg: SweepConfig, cell: Cell, out_dir: Path, cache_dir: Path | None) -> list[str]:
+    """The trainer's validate-only command for a cell: its training config with every --set the runs
+    get. With an existing offline cache as ``cache_dir`` the trainer also verifies that cache."""
     run = Run("check", cell, "baseline", 1, 0)
-    argv = train_command(cfg, run, out_dir / "runs" / "check", cache_dir_for(out_dir, cell))
+    argv = train_command(cfg, run, out_dir / "runs" / "check", cache_dir)
     sub = argv.index("train")
     return [sys.executable, "-m", cfg.trainer_module, "check", *argv[sub + 1 : argv.index("--output-dir")]]
 
@@ -395,7 +396,10 @@ def check_cells(cfg: SweepConfig, out_dir: Path) -> None:
     unknown profile or trainer module) before anything is written; SweepError with its one line."""
     seen: set[tuple] = set()
     for cell in cfg.cells:
-        argv = check_command(cfg, cell, out_dir)
+        cache = cache_dir_for(out_dir, cell)  # a path only: the cache itself is verified when it is used
+        argv = check_command(
+            cfg, cell, out_dir, cache.with_name(cache.name + ".unprepared") if cache else None
+        )
         if tuple(argv) in seen:
             continue
         seen.add(tuple(argv))
@@ -529,8 +533,11 @@ def _prepare_caches(
         if cdir is None or key in caches:
             continue
         if (cdir / "meta.json").exists():
-            caches[key] = None
-            continue
+            damage = _cache_problem(cfg, cell, out_dir, cdir)
+            if damage is None:
+                caches[key] = None
+                continue
+            print(f"offline cache {cdir} cannot be used ({damage}): preparing it again", flush=True)
         if cdir.exists():
             shutil.rmtree(cdir)  # a partial cache from an interrupted prepare
         cdir.parent.mkdir(parents=True, exist_ok=True)
@@ -550,6 +557,25 @@ def _prepare_caches(
         print(f"  {error or 'done'} ({time.monotonic() - t0:.0f} s)", flush=True)
         caches[key] = error
     return caches
+
+
+def _cache_problem(cfg: SweepConfig, cell: Cell, out_dir: Path, cdir: Path) -> str | None:
+    """Why an existing offline cache of the sweep cannot be used (damaged, truncated, an older
+    format: the trainer's check says), or None."""
+    try:
+        r = subprocess.run(
+            check_command(cfg, cell, out_dir, cdir),
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return f"its check did not answer in {CHECK_TIMEOUT_S:g} s"
+    if r.returncode == 0:
+        return None
+    lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
+    return (lines[-1] if lines else exit_text(r.returncode)).removeprefix("error: ")
 
 
 # ---------------------------------------------------------------- checks and output

@@ -3,12 +3,16 @@
 Every key is declared here with its type and, where it matters, its allowed values; an
 unknown key, a wrong type or an impossible value raises ConfigError with one line naming
 the key. ``--set a.b=value`` overrides are parsed as YAML scalars and applied before
-validation, so they are checked exactly like the file.
+validation, so they are checked exactly like the file. Every float must be finite (nan and
+inf are refused in the type check, for every key); a float for an integer key is a type
+error; sizes have upper bounds no real run reaches (MAX_* below, named in the error).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -164,14 +168,20 @@ def _check_value(key: str, tp: Any, value: Any) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true or false, got {value!r}")
         return value
-    if tp is int:
+    if tp is int:  # a float (2.5, 1e29, even 60.0) is a type error, not rounded
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return value
-    if tp is float:
+    if tp is float:  # every float in a config or profile: nan and inf never make sense
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
@@ -267,11 +277,30 @@ def load_profile(name: str) -> Profile:
     return prof
 
 
+# Upper bounds no real model or run reaches: past one, the value is a typo (an extra zero, a
+# 1e29), and refusing it here beats an out-of-memory error or a run that never ends.
+MAX_ARCH = 2**24  # any integer in a profile (vocab 152k-248k, hidden <= 16k, layers < 200)
+MAX_STEPS = 10_000_000
+MAX_BATCH = 65_536  # samples per device per micro-batch, and micro-batches per step
+MAX_SEQ = 1_048_576  # tokens per sample (1M)
+MAX_SAMPLES = 100_000_000
+MAX_WORKERS = 256
+MAX_SEED = 2**32 - 1
+MAX_LR = 10.0
+
+
 def _validate_profile(p: Profile, path: Path) -> None:
     d, t = p.draft, p.target
-    for key, v in dataclasses.asdict(d).items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
-            raise ConfigError(f"{path}: draft.{key} must be positive, got {v}")
+    for section, arch in (("draft", d), ("target", t)):
+        for key, v in dataclasses.asdict(arch).items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                continue
+            if v <= 0:
+                raise ConfigError(f"{path}: {section}.{key} must be positive, got {v}")
+            if isinstance(v, int) and v > MAX_ARCH:
+                raise ConfigError(
+                    f"{path}: {section}.{key} must be at most {MAX_ARCH} (no real model is larger), got {v}"
+                )
     if d.num_attention_heads % d.num_key_value_heads:
         raise ConfigError(f"{path}: draft.num_attention_heads must be a multiple of num_key_value_heads")
     if not 0 <= d.mask_token_id < d.vocab_size:
@@ -290,32 +319,43 @@ def _validate_profile(p: Profile, path: Path) -> None:
         raise ConfigError(f"{path}: target.capture_layer_ids {bad} outside [0, {t.num_hidden_layers})")
 
 
+def _fmt(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _in_range(key: str, v: float, lo: float, hi: float | None, lo_open: bool) -> None:
+    if v < lo or (lo_open and v == lo):
+        if lo_open and lo == 0:
+            raise ConfigError(f"{key}: must be positive, got {_fmt(v)}")
+        raise ConfigError(f"{key}: must be >= {_fmt(lo)}, got {_fmt(v)}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{key}: must be at most {_fmt(hi)} (no real run needs more), got {_fmt(v)}")
+
+
 def validate(cfg: TrainConfig) -> None:
+    """Checks of the config on its own (floats are already finite: see _check_value)."""
     tr, data, model = cfg.training, cfg.data, cfg.model
-    positive = {
-        "training.steps": tr.steps,
-        "training.batch_size": tr.batch_size,
-        "training.accumulation_steps": tr.accumulation_steps,
-        "training.num_anchors": tr.num_anchors,
-        "training.lr": tr.lr,
-        "training.loss_decay_gamma": tr.loss_decay_gamma,
-        "training.log_every": tr.log_every,
-        "data.seq_len": data.seq_len,
-        "data.num_samples": data.num_samples,
-        "model.loss_chunk_size": model.loss_chunk_size,
+    # key: (value, lowest, highest or None, lowest excluded)
+    ranges: dict[str, tuple[float, float, float | None, bool]] = {
+        "training.steps": (tr.steps, 0, MAX_STEPS, True),
+        "training.batch_size": (tr.batch_size, 0, MAX_BATCH, True),
+        "training.accumulation_steps": (tr.accumulation_steps, 0, MAX_BATCH, True),
+        "training.num_anchors": (tr.num_anchors, 0, MAX_SEQ, True),
+        "training.lr": (tr.lr, 0, MAX_LR, True),
+        "training.loss_decay_gamma": (tr.loss_decay_gamma, 0, None, True),
+        "training.log_every": (tr.log_every, 0, MAX_STEPS, True),
+        "training.lr_warmup_steps": (tr.lr_warmup_steps, 0, MAX_STEPS, False),
+        "training.weight_decay": (tr.weight_decay, 0, None, False),
+        "training.max_grad_norm": (tr.max_grad_norm, 0, None, False),
+        "training.seed": (tr.seed, 0, MAX_SEED, False),
+        "data.seq_len": (data.seq_len, 0, MAX_SEQ, True),
+        "data.num_samples": (data.num_samples, 0, MAX_SAMPLES, True),
+        "data.seed": (data.seed, 0, MAX_SEED, False),
+        "data.num_workers": (data.num_workers, 0, MAX_WORKERS, False),
+        "model.loss_chunk_size": (model.loss_chunk_size, 0, MAX_SEQ, True),
     }
-    for key, v in positive.items():
-        if v <= 0:
-            raise ConfigError(f"{key}: must be positive, got {v}")
-    non_negative = {
-        "training.lr_warmup_steps": tr.lr_warmup_steps,
-        "training.weight_decay": tr.weight_decay,
-        "training.max_grad_norm": tr.max_grad_norm,
-        "data.num_workers": data.num_workers,
-    }
-    for key, v in non_negative.items():
-        if v < 0:
-            raise ConfigError(f"{key}: must be >= 0, got {v}")
+    for key, (v, lo, hi, lo_open) in ranges.items():
+        _in_range(key, v, lo, hi, lo_open)
     if not 0.0 <= tr.min_lr_ratio <= 1.0:
         raise ConfigError(f"training.min_lr_ratio: must lie in [0, 1], got {tr.min_lr_ratio}")
     if tr.peak_tflops is not None and tr.peak_tflops <= 0:
@@ -326,8 +366,44 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError("data.path: required when data.source is jsonl")
     if cfg.target.init == "pretrained" and not cfg.target.path:
         raise ConfigError("target.path: required when target.init is pretrained")
-    if cfg.mode == "offline" and data.source == "jsonl" and not data.cache_dir:
-        raise ConfigError("data.cache_dir: offline training on jsonl data needs a prepared cache")
+
+
+def _need_path(key: str, value: str, kind: Literal["file", "dir"]) -> None:
+    p = Path(value)
+    if not p.exists():
+        raise ConfigError(f"{key}: {value} does not exist")
+    if not (p.is_file() if kind == "file" else p.is_dir()):
+        raise ConfigError(f"{key}: {value} is not a {'file' if kind == 'file' else 'directory'}")
+    if not os.access(p, os.R_OK | (os.X_OK if kind == "dir" else 0)):
+        raise ConfigError(f"{key}: {value} is not readable")
+
+
+def validate_for(
+    cfg: TrainConfig, command: Literal["train", "prepare"], hidden_states: str = "target"
+) -> None:
+    """What ``train`` or ``prepare`` needs beyond the config itself, short of the offline cache
+    (which a sweep prepares later) and the hardware: the inputs it reads must exist, and a
+    synthetic dataset must hold one batch. Cheap, writes nothing, imports no torch: this is
+    also what ``python -m specforge check`` runs."""
+    data, tr = cfg.data, cfg.training
+    reads_tokens = command == "prepare" or cfg.mode == "online"
+    if command == "train":
+        if cfg.mode == "offline" and not data.cache_dir:
+            raise ConfigError(
+                "data.cache_dir: offline training needs a prepared cache (python -m specforge prepare)"
+            )
+        if reads_tokens and data.source == "synthetic" and data.num_samples < tr.batch_size:
+            raise ConfigError(
+                f"training.batch_size: {tr.batch_size} is more than the {data.num_samples} samples of "
+                "data.num_samples (one batch must fit)"
+            )
+    if reads_tokens and data.source == "jsonl":
+        _need_path("data.path", data.path or "", "file")
+        if data.tokenizer:
+            _need_path("data.tokenizer", data.tokenizer, "dir")
+    uses_target = cfg.mode == "online" if command == "train" else hidden_states == "target"
+    if uses_target and cfg.target.init == "pretrained":
+        _need_path("target.path", cfg.target.path or "", "dir")
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> tuple[TrainConfig, Profile]:

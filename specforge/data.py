@@ -8,22 +8,25 @@ any model hub.
 
 The offline cache (``python -m specforge prepare``) is a directory of safetensors shards,
 one sample per file (input_ids, loss_mask, hidden_states [S, K*H]), the target's frozen
-embedding / LM head in ``head.safetensors``, and ``meta.json`` written last.
+embedding / LM head in ``head.safetensors``, and ``meta.json`` (written last) recording each
+file's size and checksums; readers verify them before training (docs/run-contract.md).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .config import ConfigError, DataConfig, Profile
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: meta.json lists every file's size and checksums
 MEAN_RUN = 32  # mean length of a predictable run between random jumps
 
 
@@ -125,11 +128,26 @@ def _load_tokenizer(data: DataConfig):
 
 # ---------------------------------------------------------------- offline cache
 
+SHARD = "sample_{:06d}.safetensors"
+HEAD = "head.safetensors"
+QUICK_BYTES = 64 * 1024  # the quick checksum reads this much from each end of a file
+
 
 class CacheDataset(Dataset):
-    """Reads one prepared sample per item from disk (the IO path is part of what is measured)."""
+    """Reads one prepared sample per item from disk (the IO path is part of what is measured).
 
-    def __init__(self, cache_dir: str | Path, seq_len: int, feature_dim: int):
+    The cache is verified first (meta.json, every file's size and quick checksum), so a
+    damaged cache is one line naming the file, before the run writes anything.
+    """
+
+    def __init__(
+        self,
+        cache_dir: str | Path,
+        seq_len: int,
+        feature_dim: int,
+        vocab_size: int | None = None,
+        hidden_size: int | None = None,
+    ):
         self.dir = Path(cache_dir)
         meta = read_cache_meta(self.dir)
         if meta["seq_len"] != seq_len or meta["feature_dim"] != feature_dim:
@@ -137,50 +155,160 @@ class CacheDataset(Dataset):
                 f"data.cache_dir: {self.dir} holds seq_len={meta['seq_len']}, feature_dim={meta['feature_dim']}; "
                 f"this run needs seq_len={seq_len}, feature_dim={feature_dim}"
             )
+        for key, want in (("vocab_size", vocab_size), ("hidden_size", hidden_size)):
+            if want is not None and meta.get(key) != want:
+                raise ConfigError(
+                    f"data.cache_dir: {self.dir} holds the head of a target with {key}={meta.get(key)}; "
+                    f"this run's profile has {key}={want}"
+                )
+        verify_cache(self.dir, meta)
         self.n = meta["num_samples"]
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> dict:
-        return load_file(self.dir / f"sample_{i:06d}.safetensors")
+        return load_file(self.dir / SHARD.format(i))
+
+
+def _rebuild(cache_dir: Path) -> str:
+    return (
+        f"rebuild it with `python -m specforge prepare CONFIG --output-dir {cache_dir} --force` "
+        f"or delete {cache_dir}"
+    )
 
 
 def read_cache_meta(cache_dir: Path) -> dict:
-    meta_path = Path(cache_dir) / "meta.json"
+    """The cache's meta.json, checked for the fields this version writes (ConfigError if not)."""
+    cache_dir = Path(cache_dir)
+    meta_path = cache_dir / "meta.json"
+    if not meta_path.is_file():
+        raise ConfigError(
+            f"data.cache_dir: {cache_dir} is not a complete cache (no meta.json); "
+            f"prepare it with `python -m specforge prepare CONFIG --output-dir {cache_dir}`"
+        )
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError):
+        text = meta_path.read_text()
+    except OSError as e:
+        raise ConfigError(f"data.cache_dir: cannot read {meta_path} ({e.strerror or e})") from None
+    try:
+        meta = json.loads(text)
+    except ValueError:
         raise ConfigError(
-            f"data.cache_dir: {cache_dir} is not a complete cache (no meta.json); run python -m specforge prepare"
+            f"data.cache_dir: {meta_path} is not valid JSON (a damaged cache); {_rebuild(cache_dir)}"
         ) from None
-    if meta.get("format") != CACHE_FORMAT:
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt < CACHE_FORMAT:
         raise ConfigError(
-            f"data.cache_dir: {cache_dir} has cache format {meta.get('format')}, need {CACHE_FORMAT}"
+            f"data.cache_dir: {cache_dir} is a cache from an older specforge (format {fmt}, without "
+            f"file sizes and checksums); {_rebuild(cache_dir)}"
+        )
+    if fmt != CACHE_FORMAT:
+        raise ConfigError(
+            f"data.cache_dir: {meta_path} is not a format-{CACHE_FORMAT} cache's meta.json "
+            f"(format {fmt!r}); {_rebuild(cache_dir)}"
+        )
+    ints = ("seq_len", "num_samples", "feature_dim")
+    files = meta.get("files")
+    bad = [k for k in ints if type(meta.get(k)) is not int or meta[k] < 1]
+    if bad or not isinstance(files, dict) or not all(_entry_ok(v) for v in files.values()):
+        what = f"'{bad[0]}'" if bad else "'files'"
+        raise ConfigError(
+            f"data.cache_dir: {meta_path} has a missing or malformed {what}; {_rebuild(cache_dir)}"
         )
     return meta
 
 
-def write_cache_sample(cache_dir: Path, i: int, input_ids, loss_mask, hidden) -> None:
-    tensors = {
-        "input_ids": input_ids.contiguous(),
-        "loss_mask": loss_mask.contiguous(),
-        "hidden_states": hidden,
-    }
-    save_file(
-        {k: v.contiguous().cpu() for k, v in tensors.items()}, str(cache_dir / f"sample_{i:06d}.safetensors")
+def _entry_ok(entry) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("bytes"), int)
+        and isinstance(entry.get("quick_blake2b"), str)
     )
 
 
-def save_head(cache_dir: Path, embed: torch.Tensor, lm_head: torch.Tensor, tied: bool) -> None:
-    tensors = {"embed": embed.contiguous().cpu()}
+def quick_checksum(size: int, start: bytes, end: bytes) -> str:
+    """blake2b over the size, the first QUICK_BYTES and the last QUICK_BYTES (the whole file
+    when it is at most 2 * QUICK_BYTES long): cheap enough to check every shard at start."""
+    h = hashlib.blake2b(digest_size=32)
+    h.update(str(size).encode())
+    h.update(start)
+    h.update(end)
+    return h.hexdigest()
+
+
+def _quick_of_bytes(data: bytes) -> str:
+    n = len(data)
+    return quick_checksum(n, data[:QUICK_BYTES], data[max(QUICK_BYTES, n - QUICK_BYTES) :])
+
+
+def _quick_of_file(path: Path, size: int) -> str:
+    with open(path, "rb") as f:
+        start = f.read(QUICK_BYTES)
+        f.seek(max(QUICK_BYTES, size - QUICK_BYTES))
+        end = f.read()
+    return quick_checksum(size, start, end)
+
+
+def verify_cache(cache_dir: Path, meta: dict) -> None:
+    """Every file the cache needs is listed in meta.json, exists, has the recorded size and
+    the recorded quick checksum; ConfigError naming the first file that does not."""
+    cache_dir = Path(cache_dir)
+    files = meta["files"]
+    needed = [HEAD] + [SHARD.format(i) for i in range(meta["num_samples"])]
+    for name in needed:
+        path = cache_dir / name
+        entry = files.get(name)
+        if entry is None:
+            raise ConfigError(
+                f"data.cache_dir: {cache_dir / 'meta.json'} does not list {name}; {_rebuild(cache_dir)}"
+            )
+        try:
+            size = path.stat().st_size
+            if size != entry["bytes"]:
+                raise ConfigError(
+                    f"data.cache_dir: {path} holds {size} bytes, meta.json records {entry['bytes']} "
+                    f"(truncated or damaged); {_rebuild(cache_dir)}"
+                )
+            if _quick_of_file(path, size) != entry["quick_blake2b"]:
+                raise ConfigError(
+                    f"data.cache_dir: {path} does not match its checksum in meta.json (damaged); "
+                    f"{_rebuild(cache_dir)}"
+                )
+        except FileNotFoundError:
+            raise ConfigError(f"data.cache_dir: {path} is missing; {_rebuild(cache_dir)}") from None
+        except OSError as e:
+            raise ConfigError(f"data.cache_dir: cannot read {path} ({e.strerror or e})") from None
+
+
+def write_shard(cache_dir: Path, name: str, tensors: dict[str, torch.Tensor]) -> dict:
+    """Write one safetensors file (flushed to disk); its meta.json entry: size and checksums."""
+    data = save({k: v.contiguous().cpu() for k, v in tensors.items()})
+    with open(Path(cache_dir) / name, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return {
+        "bytes": len(data),
+        "blake2b": hashlib.blake2b(data).hexdigest(),  # the whole file, as `b2sum` prints it
+        "quick_blake2b": _quick_of_bytes(data),
+    }
+
+
+def write_cache_sample(cache_dir: Path, i: int, input_ids, loss_mask, hidden) -> dict:
+    tensors = {"input_ids": input_ids, "loss_mask": loss_mask, "hidden_states": hidden}
+    return write_shard(cache_dir, SHARD.format(i), tensors)
+
+
+def save_head(cache_dir: Path, embed: torch.Tensor, lm_head: torch.Tensor, tied: bool) -> dict:
+    tensors = {"embed": embed}
     if not tied:
-        tensors["lm_head"] = lm_head.contiguous().cpu()
-    save_file(tensors, str(cache_dir / "head.safetensors"))
+        tensors["lm_head"] = lm_head
+    return write_shard(cache_dir, HEAD, tensors)
 
 
 def load_head(cache_dir: Path, device) -> tuple[torch.Tensor, torch.Tensor]:
-    t = load_file(str(Path(cache_dir) / "head.safetensors"), device=str(device))
+    t = load_file(str(Path(cache_dir) / HEAD), device=str(device))
     return t["embed"], t.get("lm_head", t["embed"])
 
 
@@ -203,14 +331,20 @@ class EndlessSampler(Sampler):
             epoch += 1
 
 
+def check_batch(n: int, batch_size: int, world: int) -> None:
+    """Each rank must get at least one whole batch from the dataset."""
+    if n // world < batch_size:
+        raise ConfigError(
+            f"training.batch_size: {batch_size} is more than the {n // world} samples per rank "
+            f"({n} samples over {world} rank(s): data.num_samples, or the offline cache's size)"
+        )
+
+
 def make_loader(
     dataset: Dataset, batch_size: int, seed: int, num_workers: int, rank: int, world: int, pin: bool
 ):
     """An endless iterator over batches in a seeded order (the same in both arms)."""
-    if len(dataset) // world < batch_size:
-        raise ConfigError(
-            f"data.num_samples: {len(dataset)} samples over {world} rank(s) is fewer than one batch of {batch_size}"
-        )
+    check_batch(len(dataset), batch_size, world)
     loader = DataLoader(
         dataset,
         batch_size=batch_size,

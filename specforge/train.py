@@ -214,8 +214,11 @@ def make_dataset(cfg: TrainConfig, profile: Profile):
             raise ConfigError(
                 "data.cache_dir: offline mode needs a prepared cache (python -m specforge prepare)"
             )
-        feature_dim = len(profile.target.capture_layer_ids) * profile.target.hidden_size
-        return data_mod.CacheDataset(cfg.data.cache_dir, cfg.data.seq_len, feature_dim)
+        t = profile.target
+        feature_dim = len(t.capture_layer_ids) * t.hidden_size
+        return data_mod.CacheDataset(
+            cfg.data.cache_dir, cfg.data.seq_len, feature_dim, t.vocab_size, t.hidden_size
+        )
     return data_mod.TokenDataset(cfg.data, profile)
 
 
@@ -252,11 +255,19 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"[:500]
 
 
-def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None = None) -> int:
-    """Train, writing the run contract's files into out_dir. Returns the process exit code."""
+def run(
+    cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None = None, force: bool = False
+) -> int:
+    """Train, writing the run contract's files into out_dir. Returns the process exit code.
+
+    Everything that can refuse the run (ConfigError: exit 2, nothing written) is checked
+    before the first write: the machine, the data or cache, a batch the data can fill. Only
+    then does --force (``force``) remove the finished run's files it replaces.
+    """
     env = resolve_env(cfg)
     t_data = time.perf_counter()
     dataset = make_dataset(cfg, profile)  # bad data or cache: a ConfigError before anything is written
+    data_mod.check_batch(len(dataset), cfg.training.batch_size, env.world)
     started = started or time.time()
     phases = {
         "imports_s": round(IMPORTED_AT - started, 2),
@@ -267,6 +278,8 @@ def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None
             torch.cuda.set_device(env.device)
         dist.init_process_group(backend="nccl" if env.device.type == "cuda" else "gloo")
     files = RunFiles(out_dir, enabled=env.rank == 0)
+    if force:
+        files.clear()  # rank 0 only: the other ranks write nothing
     arm = "liger" if cfg.model.use_liger_kernel else "baseline"
     prov = provenance.collect() if env.rank == 0 else {}  # only rank 0 writes run.json
     device_name = torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else None
@@ -291,8 +304,8 @@ def run(cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None
     )
     try:
         return _train(cfg, profile, env, files, peak, started, dataset)
-    except ConfigError as e:  # found only once running (e.g. a target directory that fails to load)
-        files.finish("error", str(e))
+    except ConfigError:  # found only once running (e.g. a target directory that fails to load)
+        files.discard()  # exit 2 promises nothing written: take back exactly what this run wrote
         raise
     except torch.OutOfMemoryError as e:
         files.finish("oom", _one_line(e))

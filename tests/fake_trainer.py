@@ -3,6 +3,7 @@
     python -m tests.fake_trainer train CONFIG --output-dir DIR [--set k=v ...] [--use-liger-kernel]
     python -m tests.fake_trainer prepare CONFIG --output-dir DIR [--set k=v ...]
     python -m tests.fake_trainer check CONFIG [--set k=v ...]   # exit 2 on an unknown top-level key
+                                                                # or a truncated cache shard
 
 Behaviours are chosen with --set keys:
     fake.step_sleep=0.05     seconds per step
@@ -188,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     cfg = _load(args.config, _parse_sets(args.sets))
     if args.command == "check":
+        cache = _get(cfg, "data.cache_dir")
+        if cache and Path(cache).is_dir() and (Path(cache) / "shard-0.bin").stat().st_size != 64:
+            print(f"error: data.cache_dir: {cache}/shard-0.bin is truncated", file=sys.stderr)
+            return 2
         unknown = sorted(set(cfg) - KNOWN_KEYS)
         if unknown:
             print(

@@ -3,6 +3,7 @@ linear cross-entropy equals a plain one in value and gradient."""
 
 import math
 
+import pytest
 import torch
 
 from specforge.objective import _LinearCE, decayed_ce, make_blocks, sample_anchors
@@ -70,17 +71,31 @@ def test_fused_linear_ce_matches_plain_ce():
 
 
 def test_decayed_ce_only_scored_positions():
-    gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, 30, (2, 24), generator=gen)
-    mask = torch.ones(2, 24, dtype=torch.uint8)
-    anchors, keep = sample_anchors(mask, 3, gen)
-    blk = make_blocks(ids, mask, anchors, keep, 4, 31, 7.0)
-    hidden = torch.randn(2, 12, 8, generator=gen, dtype=torch.float64)
-    head = torch.randn(32, 8, generator=gen, dtype=torch.float64)
-    loss, acc, n = decayed_ce(hidden, head, blk, chunk=5)
-    w = blk.weights.flatten().double()
-    ce = torch.nn.functional.cross_entropy(
-        hidden.flatten(0, 1) @ head.T, blk.labels.flatten(), reduction="none"
+    """Loss and accuracy of a tiny case worked out by hand: an identity LM head makes the
+    logits the hidden rows themselves, and only 3 of the 6 positions are scored."""
+    ids = torch.tensor([[0, 1, 2, 3, 0, 1]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.uint8)  # position 5 is not scored
+    anchors, keep = torch.tensor([[0, 3]]), torch.tensor([[True, True]])
+    blk = make_blocks(ids, mask, anchors, keep, block_size=3, mask_token_id=3, gamma=7.0)
+    # blocks: positions 0,1,2 (labels -, 1, 2) and 3,4,5 (labels -, 0, unscored)
+    hidden = torch.tensor(
+        [
+            [
+                [9.0, 0, 0, 0],  # k = 0: never scored (argmax 0 would count as wrong or right)
+                [0, 2.0, 0, 0],  # label 1: right
+                [1.0, 0, 0, 0],  # label 2: wrong (predicts 0)
+                [0, 0, 0, 9.0],  # k = 0: never scored
+                [1.0, 0, 0, 0],  # label 0: right
+                [0, 5.0, 0, 0],  # label 1 but loss_mask 0: would be right, must not count
+            ]
+        ],
+        dtype=torch.float64,
     )
-    torch.testing.assert_close(loss.double(), (w * ce).sum() / w.sum())
-    assert n == int((w > 0).sum()) and 0.0 <= float(acc) <= 1.0
+    head = torch.eye(4, dtype=torch.float64)
+    loss, acc, n = decayed_ce(hidden, head, blk, chunk=2)  # two chunks
+    e = math.e
+    ce = [math.log(3 + e**2) - 2, math.log(e + 3), math.log(e + 3) - 1]
+    w = [1.0, math.exp(-1 / 7), 1.0]
+    assert n == 3
+    assert float(acc) == pytest.approx(2 / 3)  # 2 of the 3 scored positions
+    assert float(loss) == pytest.approx(sum(wi * ci for wi, ci in zip(w, ce)) / sum(w), rel=1e-6)

@@ -137,3 +137,19 @@ def test_a_torn_run_json_is_reported_as_such(tmp_path):
     doc = driver.reconcile(rdir, run, -9, False, "t0")
     assert doc["status"] == "error" and doc["reason"] == "Killed (killed by SIGKILL)"
     assert "not valid JSON" in doc["driver_note"]
+
+
+def test_a_damaged_offline_cache_is_prepared_again(tmp_path, fakes, capsys):  # noqa: F811
+    tc = train_configs(tmp_path)
+    cfg = sweep_file(tmp_path, [{"config": tc["offline"], "batch_size": 1, "seq_len": 64}])
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 0
+    shard = next(p for p in (out / "cache").iterdir() if p.is_dir()) / "shard-0.bin"
+    shard.write_bytes(b"\0" * 10)  # truncated
+    capsys.readouterr()
+    assert main(["sweep", str(cfg), "--out", str(out), "--force"]) == 0
+    printed = capsys.readouterr().out
+    assert "cannot be used (data.cache_dir: " in printed and "shard-0.bin is truncated" in printed
+    assert "preparing it again" in printed
+    assert shard.stat().st_size == 64
+    assert read_json(out / "runs" / "tiny_offline_bs1_s64_baseline_r1" / "run.json")["status"] == "ok"

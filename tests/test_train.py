@@ -69,11 +69,35 @@ def test_same_seed_same_losses_different_seed_differs(tmp_path, tiny_cache):
     assert ra["param_checksum"] == rb["param_checksum"]
 
 
-def test_online_with_target_in_the_loop(tmp_path):
-    r = train(tmp_path / "on", "training.steps=4", config=ONLINE)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rows = metrics(tmp_path / "on")
-    assert len(rows) == 4 and all(row["loss"] > 0 for row in rows)
+def test_online_with_target_in_the_loop(tmp_path, tiny_cache, monkeypatch, capsys):
+    """Online, the draft reads the target's capture layers, computed in the loop: its first
+    step equals the offline one on a cache prepared from the same (seeded) target, and the
+    target runs once per micro-batch over that micro-batch's tokens."""
+    from specforge import target as target_mod
+    from specforge.__main__ import main
+    from specforge.config import load_profile
+
+    calls = []
+    real = target_mod.capture_hidden
+
+    def spy(model, ids, layer_ids):
+        out = real(model, ids, layer_ids)
+        calls.append((tuple(ids.shape), list(layer_ids), tuple(out.shape)))
+        return out
+
+    monkeypatch.setattr(target_mod, "capture_hidden", spy)
+    on, off = tmp_path / "on", tmp_path / "off"
+    assert main(["train", ONLINE, "--output-dir", str(on), "--set", "training.steps=2"]) == 0
+    n_online = len(calls)
+    sets = ["--set", "training.steps=2", "--set", f"data.cache_dir={tiny_cache}"]
+    assert main(["train", OFFLINE, "--output-dir", str(off), *sets]) == 0
+    capsys.readouterr()
+    capture = load_profile("tiny").target.capture_layer_ids
+    assert n_online == 2 * 2 and len(calls) == n_online  # steps x accumulation; offline: none
+    assert all(c == ((2, 128), capture, (2, 128, 64 * len(capture))) for c in calls)
+    a, b = metrics(on), metrics(off)
+    assert [r["loss"] for r in a] == pytest.approx([r["loss"] for r in b], rel=1e-5)
+    assert a[0]["grad_norm"] == pytest.approx(b[0]["grad_norm"], rel=1e-5)
 
 
 def test_existing_run_not_overwritten(tmp_path, tiny_cache):
