@@ -158,9 +158,6 @@ def run_sweep(
             clear_results(out_dir)
         argv = argv if argv is not None else ["python", "-m", "bench", *sys.argv[1:]]
         write_sweep_json(cfg, runs, out_dir, info, previous, argv)
-        update_sweep_json(
-            out_dir, precision_targets=precision_targets(cfg), equivalence_pct=cfg.equivalence_pct
-        )
         if cfg.poll_vram:
             warning = _quietly("VRAM preflight", vram_preflight)
             if warning:
@@ -217,7 +214,7 @@ def _extend_by_precision(cfg: SweepConfig, out_dir: Path, progress: console.Prog
     """Stein's second stage: from the finished pilot, the pairs each cell needs; the full run order."""
     from bench.aggregate import load_runs, runs_table, stein_decisions
 
-    targets = precision_targets(cfg)
+    targets = cfg.precision_targets
     decisions = stein_decisions(runs_table(load_runs(out_dir)), targets)
     rounds = {
         c.cell_id: decisions[c.cell_id].pairs if c.cell_id in decisions else cfg.pilot_pairs(c)
@@ -233,11 +230,6 @@ def _extend_by_precision(cfg: SweepConfig, out_dir: Path, progress: console.Prog
         progress.write(f"precision: {cid}: {d.reason}")
     progress.grow(len(runs))
     return runs
-
-
-def precision_targets(cfg: SweepConfig) -> dict[str, dict]:
-    """Per cell with a precision target: its ci_halfwidth_pct, min_pairs, max_pairs."""
-    return {c.cell_id: vars(c.precision) for c in cfg.cells if c.precision is not None}
 
 
 def execute_run(

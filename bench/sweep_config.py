@@ -153,6 +153,11 @@ class SweepConfig:
         """Whether runs of this arm are polled for VRAM."""
         return self.poll_vram and ARM_OPTIONS[arm]["poll_vram"]
 
+    @property
+    def precision_targets(self) -> dict[str, dict]:
+        """Per cell with a precision target: its ci_halfwidth_pct, min_pairs, max_pairs."""
+        return {c.cell_id: vars(c.precision) for c in self.cells if c.precision is not None}
+
     def pilot_pairs(self, cell: Cell) -> int:
         """Pairs every cell runs before any decision: the fixed repeats, or Stein's pilot."""
         return cell.precision.min_pairs if cell.precision else self.repeats

@@ -131,6 +131,9 @@ def write_sweep_json(cfg, runs, out_dir, info, previous, argv) -> None:
         "created": now,
         "hardware": info,
         "git_commit": git_commit(),
+        # per cell with a precision target: its ci_halfwidth_pct, min_pairs, max_pairs (the report reads them)
+        "precision_targets": cfg.precision_targets,
+        "equivalence_pct": cfg.equivalence_pct,
         "resumes": [],
     }
     if previous:
