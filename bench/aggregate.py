@@ -384,8 +384,31 @@ def stein_decisions(runs_df: pd.DataFrame, targets: dict[str, dict]) -> dict[str
     return out
 
 
+def _one_sided(base_ok, ok, base_statuses: set, statuses: set, arm: str) -> dict[str, Any]:
+    """Verdicts when one arm (or both) has no ok run: which arm fits is itself the finding."""
+    base_oom = base_ok.empty and "oom" in base_statuses
+    arm_oom = ok.empty and "oom" in statuses
+    if base_oom and arm_oom:
+        text = "both arms OOM"
+    elif base_oom:
+        text = f"{arm} fits, baseline OOM"
+    elif arm_oom:
+        text = f"baseline fits, {arm} OOM"
+    elif ok.empty:
+        text = "n/a (no ok runs)"
+    else:
+        text = "n/a (no ok baseline)"
+    return {"verdict_speed": text, "verdict_memory": text}
+
+
 def _deltas(
-    base_ok: pd.DataFrame, ok: pd.DataFrame, target: dict | None, equivalence_pct: float, arm: str = ""
+    base_ok: pd.DataFrame,
+    ok: pd.DataFrame,
+    target: dict | None,
+    equivalence_pct: float,
+    arm: str = "",
+    base_statuses: set | None = None,
+    statuses: set | None = None,
 ) -> dict[str, Any]:
     """Columns comparing one arm's ok runs with the baseline's ok runs of the same cell.
 
@@ -393,10 +416,8 @@ def _deltas(
     (Stein's interval with the pilot's spread when the cell has a precision target); runs of
     the two arms that share no pair fall back to Welch's interval on log throughput.
     """
-    if ok.empty:
-        return {"verdict_speed": "n/a (no ok runs)", "verdict_memory": "n/a (no ok runs)"}
-    if base_ok.empty:
-        return {"verdict_speed": "n/a (no ok baseline)", "verdict_memory": "n/a (no ok baseline)"}
+    if ok.empty or base_ok.empty:
+        return _one_sided(base_ok, ok, base_statuses or set(), statuses or set(), arm)
     min_pairs = target["min_pairs"] if target else 3
     lr = log_ratios(base_ok, ok)
     row: dict[str, Any] = {}
@@ -499,7 +520,13 @@ def summary_table(
         }
         if arm != BASELINE_ARM:
             base_ok = ok_all[(ok_all["cell_id"] == cell_id) & (ok_all["arm"] == BASELINE_ARM)]
-            row.update(_deltas(base_ok, ok, precision.get(cell_id), equivalence_pct, str(arm)))
+            base_all = df[(df["cell_id"] == cell_id) & (df["arm"] == BASELINE_ARM)]
+            row.update(
+                _deltas(
+                    base_ok, ok, precision.get(cell_id), equivalence_pct, str(arm),
+                    set(base_all["status"]), set(g["status"]),
+                )
+            )  # fmt: skip
         rows.append(row)
     out = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
     if out.empty:

@@ -61,6 +61,15 @@ NO_LIGER_ROCM = (
     "requirement, which would add a CUDA Triton beside pytorch-triton-rocm; docs/rocm.md)"
 )
 OOM_RE = re.compile(r"CUDA out of memory|HIP out of memory|OutOfMemoryError")
+# The allocator's first sentence; the rest (capacity, free, reserved, advice) stays in stdout.log.
+OOM_SENTENCE_RE = re.compile(r"(?:CUDA|HIP) out of memory\. Tried to allocate [\d.]+ [KMGTP]?i?B")
+
+
+def short_oom(line: str) -> str:
+    """``CUDA out of memory. Tried to allocate 2.00 GiB`` out of an allocator message, else the line cut to 200."""
+    m = OOM_SENTENCE_RE.search(line)
+    return m.group(0) if m else line[:200]
+
 
 # ---------------------------------------------------------------- seams onto the other bench modules
 # Imported lazily, so the driver loads without them; tests replace these functions.
@@ -332,7 +341,7 @@ def reconcile(rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> d
         lines = log_lines(rdir / "stdout.log")
         oom = [ln for ln in lines if OOM_RE.search(ln)]
         if rc == 3 or oom:
-            doc.update(status="oom", reason=(oom or lines or [f"exit code {rc}"])[-1])
+            doc.update(status="oom", reason=short_oom((oom or lines or [f"exit code {rc}"])[-1]))
         else:
             last = lines[-1] if lines else "no output"
             doc.update(status="error", reason=f"{last} ({exit_text(rc)})")

@@ -171,9 +171,12 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                 r.delta_peak_vram_gib, r.delta_peak_vram_gib_ci95_low, r.delta_peak_vram_gib_ci95_high,
                 "+.2f", " GiB", f" ({_f(r.delta_peak_vram_pct, '+.1f')}%)",
             )  # fmt: skip
-            verdict = f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
+            same = r.verdict_speed == r.verdict_memory  # e.g. "liger fits, baseline OOM"
+            verdict = r.verdict_speed if same else f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
         if r.n_ok == 0:
             verdict = _not_run_reasons(runs, r.cell_id, r.arm)
+            if r.arm != BASELINE_ARM and "OOM" in str(r.verdict_speed):
+                verdict = f"{r.verdict_speed}; {verdict}"
         rows.append(
             [
                 _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _md(r.arm),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import sys
 import time
 import traceback
@@ -250,6 +251,12 @@ def _compile_times() -> dict[str, float]:
         return {}
 
 
+def _oom_reason(e: BaseException) -> str:
+    """``CUDA out of memory. Tried to allocate 2.00 GiB`` (the allocator's first sentence), else one line."""
+    m = re.search(r"(?:CUDA|HIP) out of memory\. Tried to allocate [\d.]+ [KMGTP]?i?B", str(e))
+    return m.group(0) if m else _one_line(e)
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text}"[:500]
@@ -308,7 +315,7 @@ def run(
         files.discard()  # exit 2 promises nothing written: take back exactly what this run wrote
         raise
     except torch.OutOfMemoryError as e:
-        files.finish("oom", _one_line(e))
+        files.finish("oom", _oom_reason(e))  # the allocator's first sentence; the whole message below
         print(f"out of memory: {_one_line(e)}", file=sys.stderr, flush=True)
         return EXIT_OOM
     except KeyboardInterrupt:

@@ -302,3 +302,37 @@ def test_loss_parity_max_last_and_pass_fail(tmp_path):
     assert not bool(r1.passed)
     gaps = loss_parity_gaps(records)
     assert gaps == [f"{CELL} repeat 2: no pair to compare (runs of arms: baseline)"]
+
+
+@pytest.mark.parametrize(
+    ("base_status", "liger_status", "expected"),
+    [
+        ("oom", "ok", "liger fits, baseline OOM"),
+        ("ok", "oom", "baseline fits, liger OOM"),
+        ("oom", "oom", "both arms OOM"),
+        ("ok", "error", "n/a (no ok runs)"),
+    ],
+)
+def test_verdicts_when_one_arm_does_not_fit(base_status, liger_status, expected):
+    """Which arm fits is the finding when one OOMs (measured on the H200: baseline OOM, Liger
+    trained at 134 GiB, 4B at batch 24): a verdict, not "n/a"."""
+    df = runs_df([10.0, 10.0], [12.0, 12.0], [130.0, 130.0], [120.0, 120.0])
+    df.loc[df["arm"] == "baseline", "status"] = base_status
+    df.loc[df["arm"] == "liger", "status"] = liger_status
+    row = deltas(summary_table(df))
+    assert row.verdict_speed == expected and row.verdict_memory == expected
+
+
+def test_oom_reason_is_the_allocators_first_sentence():
+    from bench.driver import short_oom
+
+    full = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has a total capacity "
+        "of 139.81 GiB of which 5.27 GiB is free. Including non-PyTorch memory, this process has 134.53 GiB "
+        "memory in use. Of the allocated memory 130.1 GiB is allocated by PyTorch, ... PYTORCH_CUDA_ALLOC_CONF"
+    )
+    assert short_oom(full) == "CUDA out of memory. Tried to allocate 9.27 GiB"
+    assert short_oom("HIP out of memory. Tried to allocate 512.00 MiB. GPU 3 ...") == (
+        "HIP out of memory. Tried to allocate 512.00 MiB"
+    )
+    assert short_oom("x" * 500) == "x" * 200
