@@ -32,7 +32,23 @@ STATE_FIELDS = ["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"]
 STATE_COLUMNS = [f"{f}_{s}" for f in STATE_FIELDS for s in ("min", "median", "max")]
 STARTUP_COLUMNS = ["startup_s", "first_step_s", "to_first_measured_step_s", "compile_cache_warm"]
 
-CELL_COLUMNS = ["profile", "mode", "batch_size", "seq_len", "accumulation_steps", "num_anchors", "gpus"]
+CELL_COLUMNS = [
+    "profile",
+    "mode",
+    "batch_size",
+    "seq_len",
+    "accumulation_steps",
+    "num_anchors",
+    "gpus",
+    "nodes",
+]
+# Cells that differ only in their world size (gpus x nodes) form one scaling series.
+SCALING_KEY = ["profile", "mode", "batch_size", "seq_len", "accumulation_steps", "num_anchors"]
+SCALING_COLUMNS = [
+    *SCALING_KEY, "arm", "gpus", "nodes", "world_size", "n_ok", "samples_per_s_mean", "samples_per_s_per_gpu",
+    "scaling_efficiency_pct", "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low",
+    "delta_samples_per_s_pct_ci95_high", "peak_vram_gib",
+]  # fmt: skip
 PROVENANCE_COLUMNS = [
     "hostname", "gpu_name", "gpu_count", "driver_version", "torch_version", "triton_version",
     "transformers_version", "liger_version", "git_commit",
@@ -625,3 +641,29 @@ def vram_per_card_table(records: list[RunRecord]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=VRAM_PER_CARD_COLUMNS)
     return pd.concat(frames, ignore_index=True).reindex(columns=VRAM_PER_CARD_COLUMNS)
+
+
+def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """scaling.csv: for every series of cells that differ only in world size (gpus x nodes), one
+    row per arm and size: samples/s, per-GPU samples/s, efficiency vs the smallest size of the
+    same arm (100 = per-GPU throughput held), the arm's Δ vs baseline with its CI, and the
+    busiest card's peak VRAM. Empty when no series has two sizes."""
+    df = summary.reindex(columns=SUMMARY_COLUMNS).copy()
+    df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").fillna(1)
+    df["gpus"] = pd.to_numeric(df["gpus"], errors="coerce")
+    df["world_size"] = df["gpus"] * df["nodes"]
+    df["samples_per_s_per_gpu"] = df["samples_per_s_mean"] / df["world_size"]
+    frames = []
+    for _, series in df.groupby(SCALING_KEY, sort=False, dropna=False):
+        if series["world_size"].nunique() < 2:
+            continue
+        for _, arm_rows in series.groupby("arm", sort=False):
+            arm_rows = arm_rows.sort_values("world_size")
+            ok = arm_rows[arm_rows["samples_per_s_per_gpu"].notna()]
+            ref = ok["samples_per_s_per_gpu"].iloc[0] if len(ok) else NAN
+            frames.append(
+                arm_rows.assign(scaling_efficiency_pct=100 * arm_rows["samples_per_s_per_gpu"] / ref)
+            )
+    if not frames:
+        return pd.DataFrame(columns=SCALING_COLUMNS)
+    return pd.concat(frames, ignore_index=True).reindex(columns=SCALING_COLUMNS)

@@ -189,6 +189,27 @@ def plot_step_time_dist(records: list[RunRecord], path: str | Path) -> Path:
     return _save(fig, path)
 
 
+def plot_scaling(scaling: pd.DataFrame, path: str | Path) -> Path:
+    """Samples/s vs world size per arm, one panel per series, with the ideal (linear) line."""
+    series = list(scaling.groupby(["profile", "mode", "batch_size", "seq_len"], sort=False))
+    fig, axes = _grid(max(1, len(series)), "Scaling over world size (dashed: linear from the smallest size)")
+    for ax, (key, g) in zip(axes, series):
+        arms = _arms(g["arm"])
+        for arm in arms:
+            a = g[g["arm"] == arm].sort_values("world_size")
+            ax.plot(a["world_size"], a["samples_per_s_mean"], marker="o", label=arm, color=_color(arm, arms))
+            ok = a[a["samples_per_s_per_gpu"].notna()]
+            if len(ok):
+                ideal = ok["samples_per_s_per_gpu"].iloc[0] * a["world_size"]
+                ax.plot(a["world_size"], ideal, ls="--", lw=1, color=_color(arm, arms))
+        ax.set_xticks(sorted(g["world_size"].dropna().unique()))
+        ax.set_xlabel("GPUs (world size)")
+        ax.set_ylabel("samples/s")
+        ax.set_title(f"{key[0]} {key[1]} bs{_int(key[2])} s{_int(key[3])}", fontsize=9)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def plot_compare(df: pd.DataFrame, path: str | Path, label_a: str, label_b: str) -> Path:
     """Two panels for `bench compare`: samples/s and peak VRAM, A vs B, one bar pair per row."""
     fig = Figure(figsize=(max(7.0, 0.9 * len(df) + 3), 7), layout="constrained")

@@ -28,6 +28,7 @@ from bench.aggregate import (
     loss_parity_gaps,
     loss_parity_table,
     runs_table,
+    scaling_table,
     summary_table,
     vram_per_card_table,
 )
@@ -46,7 +47,7 @@ __all__ = [
 
 CSV_FLOAT_FORMAT = "%.6g"  # rounding happens here only, at write time
 MAIN_TABLE_HEADER = [
-    "profile", "mode", "batch", "seq", "arm", "runs ok", "samples/s", "s/step", "peak VRAM (GiB, polled)",
+    "profile", "mode", "batch", "seq", "gpus", "arm", "runs ok", "samples/s", "s/step", "peak VRAM (GiB, polled)",
     "torch peak alloc (GiB)", "loss @ last step", "Δ samples/s (95% CI)", "Δ peak VRAM (95% CI)", "verdict",
 ]  # fmt: skip
 PARITY_TABLE_HEADER = [
@@ -97,6 +98,12 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     )
     paths["loss_curves.png"] = plots.plot_loss_curves(records, sweep_dir / "loss_curves.png")
     paths["step_time_dist.png"] = plots.plot_step_time_dist(records, sweep_dir / "step_time_dist.png")
+    tables["scaling"] = scaling_table(tables["summary"])
+    for name in ("scaling.csv", "scaling.png"):
+        (sweep_dir / name).unlink(missing_ok=True)  # the sweep's own, from an earlier build
+    if len(tables["scaling"]):
+        paths["scaling.csv"] = write_csv(tables["scaling"], sweep_dir / "scaling.csv")
+        paths["scaling.png"] = plots.plot_scaling(tables["scaling"], sweep_dir / "scaling.png")
     text = render_markdown(sweep, sweep_dir, records, tables)
     atomic_write_text(sweep_dir / "report.md", text)
     paths["report.md"] = sweep_dir / "report.md"
@@ -156,6 +163,35 @@ def _not_run_reasons(runs: pd.DataFrame, cell_id: Any, arm: Any) -> str:
     return f"no ok run ({'; '.join(reasons)})" if reasons else "no ok run"
 
 
+def _world(gpus: Any, nodes: Any) -> str:
+    """``2`` GPUs, or ``2×2`` for 2 GPUs on each of 2 nodes."""
+    n = _num(nodes)
+    return _int(gpus) if math.isnan(n) or n <= 1 else f"{_int(gpus)}×{_int(n)}"
+
+
+def scaling_section(scaling: pd.DataFrame) -> list[str]:
+    """Per series of world sizes: samples/s, per GPU, efficiency vs the smallest size, Δ with CI, VRAM."""
+    if not len(scaling):
+        return []
+    rows = [
+        [
+            _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _md(r.arm), _world(r.gpus, r.nodes),
+            _f(r.samples_per_s_mean, ".2f"), _f(r.samples_per_s_per_gpu, ".2f"), _f(r.scaling_efficiency_pct, ".1f"),
+            _delta_cell(r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low,
+                        r.delta_samples_per_s_pct_ci95_high, "+.1f", "%"),
+            _f(r.peak_vram_gib, ".2f"),
+        ]
+        for r in scaling.itertuples()
+    ]  # fmt: skip
+    header = ["profile", "mode", "batch", "seq", "arm", "gpus", "samples/s", "per GPU", "efficiency %",
+              "Δ samples/s vs baseline (95% CI)", "peak VRAM per card (GiB)"]  # fmt: skip
+    note = (
+        "Efficiency: per-GPU samples/s as a percentage of the same arm's at the smallest world size "
+        "(100 = perfect scaling). Plot: scaling.png; data: scaling.csv."
+    )
+    return ["## Scaling", "", *_table(header, rows), "", note, ""]
+
+
 def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """The seeds'-style table: one row per (cell, arm)."""
     rows = []
@@ -179,8 +215,8 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                 verdict = f"{r.verdict_speed}; {verdict}"
         rows.append(
             [
-                _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _md(r.arm),
-                f"{_int(r.n_ok)}/{_int(r.n_runs)}", _f(r.samples_per_s_mean, ".2f"), _f(r.s_per_step_mean, ".3f"), _f(r.peak_vram_gib, ".2f"),
+                _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _world(r.gpus, r.nodes),
+                _md(r.arm), f"{_int(r.n_ok)}/{_int(r.n_runs)}", _f(r.samples_per_s_mean, ".2f"), _f(r.s_per_step_mean, ".3f"), _f(r.peak_vram_gib, ".2f"),
                 _f(r.torch_peak_allocated_gib, ".2f"), _f(r.loss_last_mean, ".4f"), d_sps, d_vram, _md(verdict),
             ]
         )  # fmt: skip
@@ -383,6 +419,7 @@ def render_markdown(
     lines += vram_crosscheck(runs)
     lines += machine_state_line(runs)
     lines += precision_section(summary, sweep)
+    lines += scaling_section(tables.get("scaling", pd.DataFrame()))
     lines += startup_section(runs)
     lines += ["## Loss parity", ""]
     if len(parity):

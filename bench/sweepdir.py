@@ -20,7 +20,7 @@ from bench.sweep_config import Cell, Run, SweepConfig, SweepError, diff_resolved
 TERMINAL = ("ok", "oom", "error", "timeout", "skipped")
 AGGREGATE_OUTPUTS = (
     "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md",
-    "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png",
+    "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "scaling.csv", "scaling.png",
 )  # fmt: skip
 
 

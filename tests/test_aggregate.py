@@ -336,3 +336,29 @@ def test_oom_reason_is_the_allocators_first_sentence():
         "HIP out of memory. Tried to allocate 512.00 MiB"
     )
     assert short_oom("x" * 500) == "x" * 200
+
+
+def test_scaling_table_arithmetic():
+    """Two world sizes of one cell, both arms (numbers shaped like the H200 2-GPU sweep in the
+    issue: 8.72 -> 15.96 samples/s baseline, 10.26 -> 18.68 Liger)."""
+    from bench.aggregate import SCALING_COLUMNS, scaling_table
+
+    rows = []
+    for gpus, base, liger in ((1, [8.70, 8.74], [10.24, 10.28]), (2, [15.94, 15.98], [18.66, 18.70])):
+        df = runs_df(base, liger, [30.0, 30.0], [25.0, 25.0])
+        cell = f"p_offline_bs2_s64_g{gpus}" if gpus > 1 else "p_offline_bs2_s64"
+        rows.append(df.assign(gpus=gpus, nodes=1, cell_id=cell, run_id=df["run_id"].str.replace(CELL, cell)))
+    runs = pd.concat(rows, ignore_index=True)
+    summary = summary_table(runs)
+    assert set(summary["gpus"]) == {1, 2} and set(summary["nodes"]) == {1}
+    scaling = scaling_table(summary).set_index(["arm", "world_size"])
+    assert list(scaling_table(summary).columns) == SCALING_COLUMNS
+    assert scaling.loc[("baseline", 1), "scaling_efficiency_pct"] == pytest.approx(100.0)
+    assert scaling.loc[("baseline", 2), "samples_per_s_per_gpu"] == pytest.approx(15.96 / 2)
+    assert scaling.loc[("baseline", 2), "scaling_efficiency_pct"] == pytest.approx(100 * (15.96 / 2) / 8.72)
+    assert scaling.loc[("liger", 2), "scaling_efficiency_pct"] == pytest.approx(100 * (18.68 / 2) / 10.26)
+    liger2 = scaling.loc[("liger", 2)]
+    assert liger2.delta_samples_per_s_pct == pytest.approx(100 * (np.sqrt(18.66 / 15.94 * 18.70 / 15.98) - 1))
+    assert liger2.peak_vram_gib == 25.0
+    # a single world size is no series
+    assert scaling_table(summary_table(rows[0])).empty

@@ -190,3 +190,28 @@ def test_vram_crosscheck_flags_a_missed_peak():
     ]
     no_gpu = runs.assign(peak_vram_gib=float("nan"))
     assert vram_crosscheck(no_gpu) == []
+
+
+def test_a_sweep_over_world_sizes_gets_a_scaling_table_and_plot(tmp_path):
+    two = f"{GPU_CELL}_g2"
+    for cell_id, step_time in ((two, 0.21), (GPU_CELL, 0.4)):  # the 2-GPU runs first, then renamed
+        for rep in (0, 1):
+            write_run(tmp_path, GPU_CELL, "baseline", rep, step_time, vram=vram(35.0))
+            d = tmp_path / "runs" / f"{GPU_CELL}_baseline_r{rep}"
+            if cell_id == two:  # the same cell at 2 GPUs (8 samples per step over both)
+                cell = json.loads((d / "cell.json").read_text())
+                cell.update(cell_id=two, run_id=f"{two}_baseline_r{rep}", gpus=2)
+                (d / "cell.json").write_text(json.dumps(cell))
+                rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+                (d / "metrics.jsonl").write_text(
+                    "".join(json.dumps({**r, "samples": 8}) + "\n" for r in rows)
+                )
+                d.rename(tmp_path / "runs" / f"{two}_baseline_r{rep}")
+    out = build_report(tmp_path)
+    assert (tmp_path / "scaling.csv").is_file() and (tmp_path / "scaling.png").read_bytes().startswith(
+        b"\x89PNG"
+    )
+    eff = out["scaling"].set_index("world_size")["scaling_efficiency_pct"]
+    assert eff[1] == pytest.approx(100.0) and eff[2] == pytest.approx(100 * (8 / 0.21 / 2) / (4 / 0.4))
+    md = (tmp_path / "report.md").read_text()
+    assert "## Scaling" in md and "efficiency %" in md and "Plot: scaling.png" in md
