@@ -343,7 +343,7 @@ def reconcile(rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> d
         if rc == 3 or oom:
             doc.update(status="oom", reason=short_oom((oom or lines or [f"exit code {rc}"])[-1]))
         else:
-            last = lines[-1] if lines else "no output"
+            last = torchrun_reason(lines) or (lines[-1] if lines else "no output")
             doc.update(status="error", reason=f"{last} ({exit_text(rc)})")
     if torn:
         doc["driver_note"] = (
@@ -351,6 +351,25 @@ def reconcile(rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> d
         )
     atomic_write_json(rdir / "run.json", doc)
     return doc
+
+
+_EXCEPTION_RE = re.compile(r"^(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*)$")
+
+
+def torchrun_reason(lines: list[str]) -> str | None:
+    """For a torchrun tree whose rank failed: "rank R: <its exception line>" from torchrun's
+    "Root Cause" summary and the last exception printed before it; None for other logs."""
+    try:
+        root = max(i for i, ln in enumerate(lines) if ln.startswith("Root Cause (first observed failure)"))
+    except ValueError:
+        return None
+    rank = next((ln.split(":", 1)[1].split()[0] for ln in lines[root:] if ln.startswith("rank")), "?")
+    start = next((i for i in range(root, -1, -1) if "ChildFailedError" in lines[i]), root)
+    for ln in reversed(lines[:start]):
+        m = _EXCEPTION_RE.match(ln)
+        if m and "ChildFailedError" not in ln and "SignalException" not in ln:
+            return f"rank {rank}: {m.group(1)}"
+    return f"rank {rank} failed"
 
 
 def _short_metrics(rdir: Path, run: Run) -> str | None:

@@ -8,6 +8,7 @@
 Behaviours are chosen with --set keys:
     fake.step_sleep=0.05     seconds per step
     fake.crash_at_step=N     raise an exception at step N (exit 1, run.json left "running")
+    fake.crash_rank=R        only rank R crashes at crash_at_step (the other ranks go on, then hang)
     fake.hang_at_step=N      stop and sleep forever at step N (fake.hang=true: at step 1)
     fake.hang_at_exit=true   record status "ok", then sleep forever
     fake.oom=true            write run.json status "oom" at step 2 and exit 3
@@ -132,8 +133,10 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
         reported = float(fake["step_time_s"]) * math.exp(rng.gauss(0.0, float(fake.get("run_sd", 0.0))))
         reported /= float(fake.get("liger_speedup", 1.0)) if liger else 1.0
     for step in range(1, steps + 1):
-        if step == fake.get("crash_at_step"):
-            raise RuntimeError(f"fake crash at step {step}")
+        if step == fake.get("crash_at_step") and fake.get("crash_rank", rank) == rank:
+            raise RuntimeError(f"fake crash at step {step} on rank {rank}")
+        if step == fake.get("crash_at_step"):  # a surviving rank waits on its dead peer, as in a collective
+            time.sleep(3600)
         if step == hang_at:
             print(f"hanging at step {step}", flush=True)
             time.sleep(3600)

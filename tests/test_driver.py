@@ -391,6 +391,21 @@ def test_torchrun_runs_and_its_timeout_kills_every_rank(tmp_path, fakes):
         assert not driver.group_alive(pgid)
 
 
+def test_a_rank_that_dies_ends_the_tree_with_its_reason(tmp_path, fakes):
+    """Rank 1 crashes while rank 0 waits on it (as in a collective): torchrun ends the tree, no rank
+    is left holding memory, and the run records rank 1's exception, not torchrun's summary."""
+    tc = train_configs(tmp_path)
+    sets = {"fake.crash_at_step": 2, "fake.crash_rank": 1}
+    cell = {"config": tc["online"], "batch_size": 1, "seq_len": 32, "gpus_per_run": 2, "set": sets}
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_file(tmp_path, [{**cell, "timeout_s": 60}])), "--out", str(out)]) == 1
+    doc = statuses(out)["tiny_online_bs1_s32_g2_baseline_r1"]
+    assert doc["status"] == "error"
+    assert doc["reason"].startswith("rank 1: RuntimeError: fake crash at step 2 on rank 1 (exit code ")
+    for pgid in launched_groups(out):
+        assert not driver.group_alive(pgid)
+
+
 def test_liger_skip_reasons(monkeypatch):
     import torch
 
