@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench sweep|report|compare|detect``.
+"""Command line: ``python -m bench sweep|capacity|report|compare|detect``.
 
 Bad input prints ``error: <one line>`` to stderr and exits 2, without a traceback.
 """
@@ -30,6 +30,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print the planned runs and commands; write nothing"
     )
 
+    p = sub.add_parser(
+        "capacity",
+        help="find per arm the largest batch size or sequence length that trains (capacity: section)",
+    )
+    p.add_argument("config", help="sweep config YAML with a capacity: section")
+    p.add_argument("--out", help="output directory (default: the config's `out`)")
+    p.add_argument(
+        "--resume", action="store_true", help="finish an unfinished search in the output directory"
+    )
+    p.add_argument(
+        "--force", action="store_true", help="delete the output directory's probes and results (keeps cache/)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the first probe of each arm; write nothing")
+
     p = sub.add_parser("report", help="rebuild CSVs, plots and report.md from a sweep's run directories")
     p.add_argument("dir", help="sweep output directory (holds runs/)")
 
@@ -45,11 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "sweep":
+        if args.command in ("sweep", "capacity"):
             from bench import driver
 
             return driver.run_sweep(
-                args.config, out=args.out, resume=args.resume, force=args.force, dry_run=args.dry_run
+                args.config,
+                out=args.out,
+                resume=args.resume,
+                force=args.force,
+                dry_run=args.dry_run,
+                capacity=args.command == "capacity",
             )
         if args.command == "report":
             from bench import driver

@@ -135,24 +135,36 @@ def run_sweep(
     force: bool = False,
     dry_run: bool = False,
     argv: list[str] | None = None,
+    capacity: bool = False,
 ) -> int:
-    """Run (or resume) a sweep; returns the exit status. Bad input raises SweepError before anything is written."""
+    """Run (or resume) a sweep — or, with ``capacity``, the config's capacity search
+    (bench/capacity.py); returns the exit status. Bad input raises SweepError before anything
+    is written."""
     cfg = load_config(config_path)
     if resume and force:
         raise SweepError(
             "--resume and --force exclude each other: --resume finishes a sweep, --force starts it over"
         )
+    if capacity and cfg.capacity is None:
+        raise SweepError(
+            f"{cfg.path}: capacity: missing; `bench capacity` needs a capacity section (docs/method.md)"
+        )
     if out is not None and not str(out).strip():
         raise SweepError("--out: empty path; expected a directory")
     out_dir = Path(out) if out is not None else Path(cfg.out)
     check_out_path(out_dir)
-    runs = plan(cfg)
+    runs = plan(cfg) if not capacity else []
     _check_imports(cfg)
     check_cells(cfg, out_dir)
     info = _detect()
     problem = _hardware_problem(cfg, info)
     if dry_run:
-        print_plan(cfg, runs, out_dir, problem)
+        if capacity:
+            from bench.capacity import print_capacity_plan
+
+            print_capacity_plan(cfg, out_dir, problem)
+        else:
+            print_plan(cfg, runs, out_dir, problem)
         return 0
     if problem:
         raise SweepError(problem)
@@ -171,6 +183,10 @@ def run_sweep(
             warning = _quietly("VRAM preflight", vram_preflight)
             if warning:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
+        if capacity:
+            from bench.capacity import search
+
+            return search(cfg, out_dir, info)
         return _execute(cfg, runs, out_dir, info)
     finally:
         os.close(lock)

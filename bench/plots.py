@@ -210,6 +210,35 @@ def plot_scaling(scaling: pd.DataFrame, path: str | Path) -> Path:
     return _save(fig, path)
 
 
+def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) -> Path:
+    """Peak VRAM vs the searched value per arm (OOM probes marked at the card's size), one panel
+    per series, with the card's capacity drawn."""
+    axis = capacity["axis"].iloc[0]
+    other = "seq_len" if axis == "batch_size" else "batch_size"
+    groups = list(runs.groupby(["profile", "mode", other], sort=False))
+    fig, axes = _grid(max(1, len(groups)), f"Capacity: peak VRAM vs {axis} (x: out of memory)")
+    for ax, ((profile, mode, fixed), g) in zip(axes, groups):
+        arms = _arms(g["arm"])
+        total = capacity[(capacity["profile"] == profile) & (capacity["mode"] == mode)][
+            "card_total_gib"
+        ].max()
+        for arm in arms:
+            a = g[g["arm"] == arm].sort_values(axis)
+            ok = a[a["status"] == "ok"]
+            ax.plot(ok[axis], ok["peak_vram_gib"], marker="o", label=arm, color=_color(arm, arms))
+            oom = a[a["status"] == "oom"]
+            if len(oom) and not math.isnan(total):
+                ax.scatter(oom[axis], [total] * len(oom), marker="x", color=_color(arm, arms))
+        if not math.isnan(total):
+            ax.axhline(total, ls="--", lw=1, color="0.3", label="card capacity")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(axis)
+        ax.set_ylabel("peak VRAM, busiest card (GiB)")
+        ax.set_title(f"{profile} {mode} {other} {_int(fixed)}", fontsize=9)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def plot_compare(df: pd.DataFrame, path: str | Path, label_a: str, label_b: str) -> Path:
     """Two panels for `bench compare`: samples/s and peak VRAM, A vs B, one bar pair per row."""
     fig = Figure(figsize=(max(7.0, 0.9 * len(df) + 3), 7), layout="constrained")

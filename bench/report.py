@@ -32,6 +32,7 @@ from bench.aggregate import (
     summary_table,
     vram_per_card_table,
 )
+from bench.capacity import capacity_table
 from bench.fileio import atomic_write_text, read_json
 
 __all__ = [
@@ -99,11 +100,17 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     paths["loss_curves.png"] = plots.plot_loss_curves(records, sweep_dir / "loss_curves.png")
     paths["step_time_dist.png"] = plots.plot_step_time_dist(records, sweep_dir / "step_time_dist.png")
     tables["scaling"] = scaling_table(tables["summary"])
-    for name in ("scaling.csv", "scaling.png"):
+    for name in ("scaling.csv", "scaling.png", "capacity.csv", "capacity.png"):
         (sweep_dir / name).unlink(missing_ok=True)  # the sweep's own, from an earlier build
     if len(tables["scaling"]):
         paths["scaling.csv"] = write_csv(tables["scaling"], sweep_dir / "scaling.csv")
         paths["scaling.png"] = plots.plot_scaling(tables["scaling"], sweep_dir / "scaling.png")
+    tables["capacity"] = capacity_table(tables["runs"], sweep, tables["vram_per_card"])
+    if len(tables["capacity"]):
+        paths["capacity.csv"] = write_csv(tables["capacity"], sweep_dir / "capacity.csv")
+        paths["capacity.png"] = plots.plot_capacity(
+            tables["runs"], tables["capacity"], sweep_dir / "capacity.png"
+        )
     text = render_markdown(sweep, sweep_dir, records, tables)
     atomic_write_text(sweep_dir / "report.md", text)
     paths["report.md"] = sweep_dir / "report.md"
@@ -190,6 +197,24 @@ def scaling_section(scaling: pd.DataFrame) -> list[str]:
         "(100 = perfect scaling). Plot: scaling.png; data: scaling.csv."
     )
     return ["## Scaling", "", *_table(header, rows), "", note, ""]
+
+
+def capacity_section(capacity: pd.DataFrame) -> list[str]:
+    """Per series and arm: the largest value that fit, the first that did not, and the ratio."""
+    if not len(capacity):
+        return []
+    rows = [
+        [
+            _md(r.series), _md(r.arm), _int(r.largest_fit), _int(r.first_oom), _int(r.probes), _md(r.stopped_by),
+            _f(r.peak_vram_gib_at_largest, ".2f"), _f(r.card_total_gib, ".1f"), _f(r.samples_per_s_at_largest, ".2f"),
+            "—" if r.arm == BASELINE_ARM or _isnan(r.fit_ratio_vs_baseline) else f"{r.fit_ratio_vs_baseline:.2f}×",
+        ]
+        for r in capacity.itertuples()
+    ]  # fmt: skip
+    axis = capacity["axis"].iloc[0]
+    header = ["series", "arm", f"largest {axis} that fits", "first OOM", "probes", "stopped by",
+              "peak VRAM at largest (GiB)", "card (GiB)", "samples/s at largest", "vs baseline"]  # fmt: skip
+    return ["## Capacity", "", *_table(header, rows), "", "Plot: capacity.png; data: capacity.csv.", ""]
 
 
 def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
@@ -420,6 +445,7 @@ def render_markdown(
     lines += machine_state_line(runs)
     lines += precision_section(summary, sweep)
     lines += scaling_section(tables.get("scaling", pd.DataFrame()))
+    lines += capacity_section(tables.get("capacity", pd.DataFrame()))
     lines += startup_section(runs)
     lines += ["## Loss parity", ""]
     if len(parity):

@@ -72,6 +72,17 @@ class Precision:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """Find per arm the largest batch size (or sequence length) that trains without OOM."""
+
+    axis: str  # batch_size | seq_len
+    start: int
+    max: int
+    granularity: int  # probed values are multiples of this
+    steps: int  # optimizer steps per probe (the first is dropped as warm-up)
+
+
+@dataclass(frozen=True)
 class Cell:
     """One point of the grid: a training config at one batch size, sequence length and GPU count."""
 
@@ -139,6 +150,7 @@ class SweepConfig:
     equivalence_pct: float
     compile_cache: bool
     precision: Precision | None
+    capacity: Capacity | None
     resolved: dict[str, Any]  # every key with its default filled in; stored in sweep.json
 
     @property
@@ -191,6 +203,7 @@ TOP_KEYS: dict[str, tuple] = {
     "precision": ("precision", None),
     "equivalence_pct": (_NUM, 1.0, 0, True),
     "compile_cache": ("bool", True),
+    "capacity": ("capacity", None),
     "cells": ("cells", REQUIRED),
 }
 CELL_KEYS: dict[str, tuple] = {
@@ -204,6 +217,14 @@ CELL_KEYS: dict[str, tuple] = {
     "timeout_s": (_NUM, None, 0, True),
     "gpus_per_run": ("ints", None, 1),
     "precision": ("precision", None),
+}
+CAPACITY_AXES = ("batch_size", "seq_len")
+CAPACITY_SCHEMA: dict[str, tuple] = {
+    "axis": (_STR, REQUIRED),
+    "start": (_INT, REQUIRED, 1),
+    "max": (_INT, REQUIRED, 1),
+    "granularity": (_INT, None, 1),
+    "steps": (_INT, 4, 2),
 }
 PRECISION_SCHEMA: dict[str, tuple] = {
     "ci_halfwidth_pct": (_NUM, REQUIRED, 0, True),
@@ -262,6 +283,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
             "repeats: not used with precision (pairs run from precision.min_pairs up to max_pairs); remove one"
         )
     top_precision = _precision(top["precision"], {}, "precision", fail)
+    capacity = _capacity(top["capacity"], fail)
 
     cells: list[Cell] = []
     resolved_cells = []
@@ -348,6 +370,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         equivalence_pct=float(top["equivalence_pct"]),
         compile_cache=top["compile_cache"],
         precision=top_precision,
+        capacity=capacity,
         resolved=resolved,
     )
 
@@ -469,6 +492,7 @@ _EXPECT = {
     "set": "a mapping of training config keys to scalar values (e.g. {training.num_anchors: 512})",
     "cells": "a list of cells (config, batch_size, seq_len)",
     "precision": "a mapping with ci_halfwidth_pct, min_pairs, max_pairs",
+    "capacity": "a mapping with axis (batch_size or seq_len), start, max, granularity, steps",
 }
 
 
@@ -519,9 +543,9 @@ def _check_value(value: Any, kind: str, bound: list, name: str, fail) -> Any:
         if "baseline" not in arms:
             raise fail(f"{name}: the baseline arm is missing; expected e.g. [baseline, liger]")
         return ["baseline", *(a for a in arms if a != "baseline")]  # baseline first
-    if kind == "precision":
+    if kind in ("precision", "capacity"):  # mappings, checked against their schemas by the caller
         if not isinstance(value, dict):
-            raise fail(f"{name}: expected a mapping with ci_halfwidth_pct, min_pairs, max_pairs")
+            raise bad()
         return dict(value)
     if kind == "ints":
         items = value if isinstance(value, list) else [value]
@@ -560,6 +584,22 @@ def _precision(top: dict | None, override: dict, where: str, fail) -> Precision 
     if merged["max_pairs"] > 100:
         raise fail(f"{where}.max_pairs: expected at most 100, got {merged['max_pairs']}")
     return Precision(float(merged["ci_halfwidth_pct"]), merged["min_pairs"], merged["max_pairs"])
+
+
+def _capacity(raw: dict | None, fail) -> Capacity | None:
+    if raw is None:
+        return None
+    c = _check_keys(raw, CAPACITY_SCHEMA, "capacity.", fail)
+    if c["axis"] not in CAPACITY_AXES:
+        raise fail(f"capacity.axis: expected one of {', '.join(CAPACITY_AXES)}, got {c['axis']!r}")
+    if c["max"] < c["start"]:
+        raise fail(f"capacity.max: {c['max']} is below start ({c['start']}); expected >= it")
+    gran = c["granularity"] or (1 if c["axis"] == "batch_size" else 128)
+    if c["start"] % gran or c["max"] % gran:
+        raise fail(f"capacity.start and capacity.max: expected multiples of granularity ({gran})")
+    if c["max"] > 2**20:
+        raise fail(f"capacity.max: expected at most {2**20}, got {c['max']}")
+    return Capacity(c["axis"], c["start"], c["max"], gran, c["steps"])
 
 
 def _check_bound(value, bound: list, name: str, fail):

@@ -13,6 +13,7 @@ Behaviours are chosen with --set keys:
     fake.hang_at_exit=true   record status "ok", then sleep forever
     fake.oom=true            write run.json status "oom" at step 2 and exit 3
     fake.raw_oom=true        print a CUDA OOM traceback line and exit 1 without touching run.json
+    fake.max_batch=N         OOM (exit 3, status "oom") at step 1 when training.batch_size > N
     fake.spawn_child=true    start a grandchild process that sleeps (tests process-group cleanup)
     fake.step_time_s=0.1     report this step time instead of the measured one, times a per-run
                              factor exp(N(0, fake.run_sd)) seeded by the run directory's name and
@@ -140,6 +141,22 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
         if step == hang_at:
             print(f"hanging at step {step}", flush=True)
             time.sleep(3600)
+        if fake.get("max_batch") is not None and batch > int(fake["max_batch"]) and step == 1:
+            print(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 ...",
+                flush=True,
+            )
+            if rank == 0:
+                atomic_write_json(
+                    out / "run.json",
+                    {
+                        **run,
+                        "status": "oom",
+                        "reason": "CUDA out of memory. Tried to allocate 2.00 GiB",
+                        "end_time": _now(),
+                    },
+                )
+            return 3
         if fake.get("oom") and step == 2:
             print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
             if rank == 0:
