@@ -315,7 +315,7 @@ def failure_sweep(tmp_path_factory):
 @pytest.mark.parametrize(
     ("run", "status", "reason"),
     [
-        ("tiny_online_bs1_s64_crash", "error", "RuntimeError: fake crash at step 3 (exit code 1)"),
+        ("tiny_online_bs1_s64_crash", "error", "RuntimeError: fake crash at step 3 on rank 0 (exit code 1)"),
         ("tiny_online_bs1_s64_oom", "oom", "CUDA out of memory"),  # the trainer's own record (exit 3)
         ("tiny_online_bs1_s64_rawoom", "oom", "CUDA out of memory"),  # found in the log
         ("tiny_online_bs1_s64_hang", "timeout", "timed out after 1.5 s at step 2/4"),
