@@ -95,6 +95,7 @@ def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
     skip = driver.liger_skip_reason() if any(ARM_OPTIONS[a]["liger"] for a in cfg.arms) else None
     compile_dir = driver.compile_cache_dir(out_dir, info) if cfg.compile_cache else None
     progress = console.Progress(total=0, done=0)
+    caches: dict[str, str | None] = {}  # offline caches prepared (or verified) once, shared by probes
     order = 0
     try:
         for _sid, cell in series(cfg):
@@ -110,7 +111,7 @@ def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
                             driver.execute_run(cfg, run, out_dir, skip, {}, None, compile_dir)
                             history[value] = "skipped"
                             continue
-                        caches = driver._prepare_caches(cfg, out_dir, [run])
+                        caches = driver._prepare_caches(cfg, out_dir, [run], known=caches)
                         progress.grow(progress.bar.total + 1)
                         progress.start(run)
                         t0 = time.monotonic()
