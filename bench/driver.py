@@ -30,6 +30,7 @@ from bench.fileio import atomic_write_json, read_json, read_jsonl, read_jsonl_co
 from bench.launcher import exit_text, log_lines, mark_exit, now, reap_stale, run_process
 from bench.launcher import group_alive as group_alive  # re-exported for tests
 from bench.sweep_config import (
+    ARM_OPTIONS,
     CPU_MAX_PROCS,
     Cell,
     Run,
@@ -418,10 +419,12 @@ def _check_imports(cfg: SweepConfig) -> None:
         )
 
 
-def check_command(cfg: SweepConfig, cell: Cell, out_dir: Path, cache_dir: Path | None) -> list[str]:
+def check_command(
+    cfg: SweepConfig, cell: Cell, out_dir: Path, cache_dir: Path | None, arm: str = "baseline"
+) -> list[str]:
     """The trainer's validate-only command for a cell: its training config with every --set the runs
     get. With an existing offline cache as ``cache_dir`` the trainer also verifies that cache."""
-    run = Run("check", cell, "baseline", 1, 0)
+    run = Run("check", cell, arm, 1, 0)
     argv = train_command(cfg, run, out_dir / "runs" / "check", cache_dir)
     sub = argv.index("train")
     return [sys.executable, "-m", cfg.trainer_module, "check", *argv[sub + 1 : argv.index("--output-dir")]]
@@ -431,11 +434,10 @@ def check_cells(cfg: SweepConfig, out_dir: Path) -> None:
     """Ask the trainer to validate every cell's training config (unknown or mistyped `set:` keys, an
     unknown profile or trainer module) before anything is written; SweepError with its one line."""
     seen: set[tuple] = set()
-    for cell in cfg.cells:
+    for cell, arm in ((c, a) for c in cfg.cells for a in cfg.arms):
         cache = cache_dir_for(out_dir, cell)  # a path only: the cache itself is verified when it is used
-        argv = check_command(
-            cfg, cell, out_dir, cache.with_name(cache.name + ".unprepared") if cache else None
-        )
+        planned = cache.with_name(cache.name + ".unprepared") if cache else None
+        argv = check_command(cfg, cell, out_dir, planned, arm)
         if tuple(argv) in seen:
             continue
         seen.add(tuple(argv))
@@ -486,6 +488,7 @@ def train_command(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None
     if not run.liger:
         sets["model.use_liger_kernel"] = False
     sets.update(cell.overrides)
+    sets.update(ARM_OPTIONS[run.arm]["set"])  # the arm's own keys (a cell may not set them)
     argv = [*launcher(cfg, cell, run.run_id), "train", cell.train_config, *_set_args(sets)]
     if run.liger:
         argv.append("--use-liger-kernel")

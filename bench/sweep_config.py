@@ -28,11 +28,15 @@ import yaml
 # An arm is a name for a set of trainer/driver options; the first arm is always the baseline.
 #   aa:     the baseline again (an A/A comparison: the suite's own noise floor)
 #   nopoll: the baseline with the VRAM poller off (what polling costs)
-ARM_OPTIONS: dict[str, dict[str, bool]] = {
-    "baseline": {"liger": False, "poll_vram": True},
-    "liger": {"liger": True, "poll_vram": True},
-    "aa": {"liger": False, "poll_vram": True},
-    "nopoll": {"liger": False, "poll_vram": False},
+#   rmsnorm / swiglu: one Liger kernel alone (which of the two buys the gain)
+# ``set``: the training config keys the arm sets (the driver's: a cell may not override them).
+ARM_OPTIONS: dict[str, dict] = {
+    "baseline": {"liger": False, "poll_vram": True, "set": {}},
+    "liger": {"liger": True, "poll_vram": True, "set": {}},
+    "rmsnorm": {"liger": True, "poll_vram": True, "set": {"model.liger_swiglu": False}},
+    "swiglu": {"liger": True, "poll_vram": True, "set": {"model.liger_rms_norm": False}},
+    "aa": {"liger": False, "poll_vram": True, "set": {}},
+    "nopoll": {"liger": False, "poll_vram": False, "set": {}},
 }
 ARMS = tuple(ARM_OPTIONS)
 ORDERS = ("interleaved", "shuffled")
@@ -48,6 +52,8 @@ DRIVER_KEYS = {
     "training.steps": "use steps",
     "training.batch_size": "use the cell's batch_size",
     "model.use_liger_kernel": "use arms",
+    "model.liger_rms_norm": "use arms (rmsnorm, swiglu, liger)",
+    "model.liger_swiglu": "use arms (rmsnorm, swiglu, liger)",
 }
 # The precision target (Stein's two-stage rule, bench/stats.py): keys, defaults and bounds.
 PRECISION_KEYS = ("ci_halfwidth_pct", "min_pairs", "max_pairs")

@@ -99,6 +99,8 @@ class DataConfig:
 class ModelConfig:
     use_liger_kernel: bool = False
     liger_scope: Literal["draft", "all"] = "draft"
+    liger_rms_norm: bool = True  # with use_liger_kernel: Liger's RMSNorm (false: the stock one)
+    liger_swiglu: bool = True  # with use_liger_kernel: Liger's SwiGLU MLP (false: the stock one)
     attention_backend: Literal["flex_attention", "sdpa"] = "flex_attention"
     loss_chunk_size: int = 1024  # scored positions per LM-head chunk (padded to whole chunks)
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
@@ -358,6 +360,11 @@ def validate(cfg: TrainConfig) -> None:
         _in_range(key, v, lo, hi, lo_open)
     if not 0.0 <= tr.min_lr_ratio <= 1.0:
         raise ConfigError(f"training.min_lr_ratio: must lie in [0, 1], got {tr.min_lr_ratio}")
+    if model.use_liger_kernel and not (model.liger_rms_norm or model.liger_swiglu):
+        raise ConfigError(
+            "model.use_liger_kernel: liger_rms_norm and liger_swiglu are both false, so nothing would be "
+            "patched; enable one, or leave use_liger_kernel false for the baseline"
+        )
     if tr.peak_tflops is not None and tr.peak_tflops <= 0:
         raise ConfigError(f"training.peak_tflops: must be positive, got {tr.peak_tflops}")
     if data.seq_len < 4:

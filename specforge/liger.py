@@ -136,11 +136,15 @@ def _load_patch_fn():
 
 
 @contextlib.contextmanager
-def liger_patch(enabled: bool, scope: str = "draft") -> Iterator[None]:
+def liger_patch(
+    enabled: bool, scope: str = "draft", rms_norm: bool = True, swiglu: bool = True
+) -> Iterator[None]:
     """Patch ``modeling_qwen3`` for the body of the block (build the draft inside it).
 
-    With scope ``draft`` the module attributes are restored on exit; with ``all`` they stay
-    patched, so a Qwen3 target built afterwards gets Liger modules too.
+    ``rms_norm`` / ``swiglu`` choose the kernels (both by default: the ``liger`` arm; one
+    alone tells which of the two buys the gain). With scope ``draft`` the module attributes
+    are restored on exit; with ``all`` they stay patched, so a Qwen3 target built afterwards
+    gets Liger modules too.
     """
     if not enabled:
         yield
@@ -149,7 +153,7 @@ def liger_patch(enabled: bool, scope: str = "draft") -> Iterator[None]:
     from transformers.models.qwen3 import modeling_qwen3
 
     saved = {name: getattr(modeling_qwen3, name) for name in PATCHED_ATTRS}
-    apply(rope=False, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False)
+    apply(rope=False, rms_norm=rms_norm, swiglu=swiglu, cross_entropy=False, fused_linear_cross_entropy=False)
     try:
         yield
     finally:

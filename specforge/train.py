@@ -99,7 +99,11 @@ class Trainer:
         else:
             embed, lm_head = data_mod.load_head(cfg.data.cache_dir, env.device)
             self.head = target_mod.FrozenHead(embed.to(self.dtype), lm_head.to(self.dtype))
-        with liger_patch(cfg.model.use_liger_kernel, cfg.model.liger_scope), torch.device(env.device):
+        m = cfg.model
+        with (
+            liger_patch(m.use_liger_kernel, m.liger_scope, m.liger_rms_norm, m.liger_swiglu),
+            torch.device(env.device),
+        ):
             draft = DFlashDraft(
                 profile.draft, len(self.arch_t.capture_layer_ids), self.arch_t.hidden_size, max_pos
             )
@@ -291,6 +295,7 @@ def run(
     prov = provenance.collect() if env.rank == 0 else {}  # only rank 0 writes run.json
     device_name = torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else None
     peak = cfg.training.peak_tflops or flops.peak_tflops(device_name)
+    m = cfg.model
     files.start(
         {
             "arm": arm,
@@ -300,6 +305,9 @@ def run(
             "liger": {
                 "enabled": cfg.model.use_liger_kernel,
                 "scope": cfg.model.liger_scope,
+                "kernels": [k for k, on in (("rms_norm", m.liger_rms_norm), ("swiglu", m.liger_swiglu)) if on]
+                if m.use_liger_kernel
+                else [],
                 "version": liger_version(),
             },
             "objective": objective.OBJECTIVE.format(chunk=cfg.model.loss_chunk_size),

@@ -191,3 +191,16 @@ def test_cli_missing_file_and_cpu_only_options(tmp_path, tiny_cache, capsys):
         assert needle in err and len(err.strip().splitlines()) == 1 and not out.exists()
     assert main(["train", TINY, "--set", f"data.cache_dir={tmp_path}", "--output-dir", str(out)]) == 2
     assert "not a complete cache" in capsys.readouterr().err and not out.exists()
+
+
+def test_liger_with_no_kernel_is_refused():
+
+    cfg, _ = load_config(
+        CONFIGS / "train/tiny-online.yaml", ["model.use_liger_kernel=true", "model.liger_swiglu=false"]
+    )
+    assert (cfg.model.liger_rms_norm, cfg.model.liger_swiglu) == (True, False)
+    with pytest.raises(ConfigError, match="liger_rms_norm and liger_swiglu are both false"):
+        load_config(
+            CONFIGS / "train/tiny-online.yaml",
+            ["model.use_liger_kernel=true", "model.liger_swiglu=false", "model.liger_rms_norm=false"],
+        )

@@ -181,3 +181,19 @@ def test_missing_liger_on_rocm_says_no_deps(monkeypatch):
     monkeypatch.setattr(liger, "liger_version", lambda: None)
     with pytest.raises(ConfigError, match=r"not installed \(pip install --no-deps 'liger-kernel>=0\.6\.0'\)"):
         liger._load_patch_fn()
+
+
+@pytest.mark.parametrize(
+    ("kernels", "expected"),
+    [
+        ("rms_norm=True, swiglu=False", "['LigerRMSNorm', 'Qwen3MLP']"),
+        ("rms_norm=False, swiglu=True", "['LigerSwiGLUMLP', 'Qwen3RMSNorm']"),
+    ],
+)
+def test_one_kernel_alone_lands_and_the_other_stays_stock(kernels, expected):
+    """The rmsnorm and swiglu arms: which of the two kernels buys the gain."""
+    code = textwrap.dedent(BUILD.format(scope="draft")).replace(
+        'liger_patch(True, "draft")', f'liger_patch(True, "draft", {kernels})'
+    )
+    out = _run(code)
+    assert f"DRAFT {expected}" in out and "MODULE Qwen3RMSNorm Qwen3MLP" in out

@@ -210,3 +210,27 @@ def test_cell_precision_overrides_the_sweeps(tmp_path):
         (4, 6, 0.5),
     ]
     assert len(plan(cfg)) == 5 + 4  # one arm (baseline) per pair here
+
+
+def test_single_kernel_arms_set_their_keys(tmp_path):
+    tc = train_configs(tmp_path)
+    path = sweep_file(
+        tmp_path,
+        [{"config": tc["online"], "batch_size": 1, "seq_len": 32}],
+        arms=["baseline", "rmsnorm", "swiglu", "liger"],
+    )
+    cfg = load_config(path)
+    argv = {r.arm: driver.train_command(cfg, r, tmp_path / r.run_id, None) for r in plan(cfg)}
+    assert "--use-liger-kernel" in argv["rmsnorm"] and "model.liger_swiglu=false" in argv["rmsnorm"]
+    assert "--use-liger-kernel" in argv["swiglu"] and "model.liger_rms_norm=false" in argv["swiglu"]
+    assert "--use-liger-kernel" in argv["liger"] and not any(
+        "liger_rms_norm" in a or "liger_swiglu" in a for a in argv["liger"]
+    )
+    assert "--use-liger-kernel" not in argv["baseline"]
+    bad = sweep_file(
+        tmp_path,
+        [{"config": tc["online"], "batch_size": 1, "seq_len": 32, "set": {"model.liger_swiglu": False}}],
+        name="bad.yaml",
+    )
+    with pytest.raises(SweepError, match=r"set\.model\.liger_swiglu: set by the driver; use arms"):
+        load_config(bad)
