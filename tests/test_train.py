@@ -52,7 +52,13 @@ def test_offline_trains_and_loss_falls(tmp_path, tiny_cache):
     run = json.loads((tmp_path / "a" / "run.json").read_text())
     assert run["status"] == "ok" and run["reason"] is None and run["arm"] == "baseline"
     assert run["config"]["training"]["steps"] == 30 and run["world_size"] == 1
-    assert run["liger"] == {"enabled": False, "scope": "draft", "version": run["provenance"]["liger_kernel"]}
+    liger_record = {
+        "enabled": False,
+        "scope": "draft",
+        "kernels": [],
+        "version": run["provenance"]["liger_kernel"],
+    }
+    assert run["liger"] == liger_record
     assert run["provenance"]["torch"] == torch.__version__ and "hostname" in run["provenance"]
     assert "fused linear-CE" in run["objective"] and run["model_flops_per_step"] > 0
     assert "step 30/30 | loss" in r.stdout
