@@ -10,7 +10,15 @@ import os
 import sys
 from pathlib import Path
 
-from bench.sweep_config import SweepError
+try:
+    from bench.sweep_config import SweepError
+except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback
+    print(
+        f"error: this Python ({sys.executable}) lacks {getattr(_e, 'name', None) or _e}: run `make install`, "
+        "or point PYTHON= at an environment that has the dependencies",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -153,3 +153,20 @@ def test_a_damaged_offline_cache_is_prepared_again(tmp_path, fakes, capsys):  # 
     assert "preparing it again" in printed
     assert shard.stat().st_size == 64
     assert read_json(out / "runs" / "tiny_offline_bs1_s64_baseline_r1" / "run.json")["status"] == "ok"
+
+
+def test_a_python_without_the_dependencies_gets_one_line(tmp_path):
+    """`make bench-cpu INSTALL= PYTHON=python3` on a bare Python: one line, exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, runpy; sys.modules['yaml'] = None; "
+        f"sys.argv = ['bench', 'sweep', 'configs/cpu.yaml', '--out', {str(tmp_path / 'out')!r}]; "
+        "runpy.run_module('bench', run_name='__main__')"
+    )
+    from tests.helpers import REPO
+
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "lacks yaml" in r.stderr
+    assert not (tmp_path / "out").exists()
