@@ -150,13 +150,6 @@ def stein_pairs(
     )
 
 
-def stein_halfwidth_pct(decision: SteinDecision, n: int) -> float:
-    """The half-width (percentage points, symmetric approximation) Stein's interval reaches with n pairs."""
-    if decision.pilot_sd is None or decision.pilot_df is None or n < 1:
-        return NAN
-    return 100 * t_quantile(decision.pilot_df) * decision.pilot_sd / math.sqrt(n)
-
-
 def speed_verdict(d: Delta, min_pairs: int, equivalence_pct: float) -> str:
     """Wording for Δ throughput: never "no significant difference".
 
