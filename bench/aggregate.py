@@ -30,7 +30,10 @@ METRIC_FIELDS = [
 # Read-only GPU state of the run's busiest card, sampled by the poller (vram.json): min/median/max.
 STATE_FIELDS = ["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"]
 STATE_COLUMNS = [f"{f}_{s}" for f in STATE_FIELDS for s in ("min", "median", "max")]
-STARTUP_COLUMNS = ["startup_s", "first_step_s", "to_first_measured_step_s", "compile_cache_warm"]
+STARTUP_COLUMNS = [
+    "startup_s", "imports_s", "imports_preloaded", "first_step_s", "to_first_measured_step_s",
+    "compile_cache_warm",
+]  # fmt: skip
 
 CELL_COLUMNS = [
     "profile",
@@ -65,7 +68,7 @@ RUNS_COLUMNS = [
 ]  # fmt: skip
 RUNS_TEXT_COLUMNS = {
     "run_id", "cell_id", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
-    "start_time", "end_time", "compile_cache_warm", *PROVENANCE_COLUMNS,
+    "start_time", "end_time", "compile_cache_warm", "imports_preloaded", *PROVENANCE_COLUMNS,
 } - {"gpu_count"}  # fmt: skip
 
 SUMMARY_PROVENANCE_COLUMNS = ["hostname", "gpu_name", "torch_version", "liger_version", "git_commit"]
@@ -225,15 +228,21 @@ def _summarize_vram(vram: dict | None) -> dict[str, Any]:
 
 
 def _startup(rec: RunRecord) -> dict[str, Any]:
-    """Startup costs: process start -> first step (trainer), step 1, and process start -> the first
-    measured step (end of the last warm-up step, from metrics' elapsed_s); whether the compile cache was warm."""
+    """Startup costs: process start -> first step (trainer), of which imports (0 when a fork
+    server imported them before the run started), step 1, and process start -> the first
+    measured step (end of the last warm-up step, from metrics' elapsed_s); whether the
+    compile cache was warm."""
     m, w = rec.metrics, rec.warmup_steps
     first = m.loc[m["step"] == 1, "step_time_s"]
     at_w = m.loc[m["step"] == w, "elapsed_s"] if w > 0 else pd.Series(dtype=float)
     startup = _num(rec.run.get("startup_s"))
     warm = (rec.cell.get("compile_cache") or {}).get("warm")
+    phases = rec.run.get("startup") if isinstance(rec.run.get("startup"), dict) else {}
+    preloaded = phases.get("imports_preloaded")
     return {
         "startup_s": startup,
+        "imports_s": _num(phases.get("imports_s")),
+        "imports_preloaded": None if preloaded is None else str(bool(preloaded)).lower(),
         "first_step_s": first.iloc[0] if len(first) else NAN,
         "to_first_measured_step_s": at_w.iloc[0] if len(at_w) else (startup if w == 0 else NAN),
         "compile_cache_warm": None if warm is None else str(bool(warm)).lower(),

@@ -193,9 +193,28 @@ def run_sweep(
         os.close(lock)
 
 
+def start_fork_server(cfg: SweepConfig, out_dir: Path, compile_dir: Path | None, info: dict) -> None:
+    """Start the warm fork server when any cell forks its runs (bench/forkstart.py); record
+    in sweep.json what it imported and how long that took (paid once, not by each run)."""
+    if not any(cfg.forks(c) for c in cfg.cells):
+        return
+    from bench import forkstart
+
+    gpus = 0 if cfg.runs_on_cpu else int(info.get("gpu_count") or 0)
+    try:
+        ready_s = forkstart.start_server(cfg.preload, compile_env(compile_dir), gpus)
+    except (OSError, EOFError, ValueError, forkstart.ForkServerUnusable) as e:  # runs start afresh
+        print(f"warning: fork server did not start ({e}); runs start as new interpreters", file=sys.stderr)
+        return
+    if ready_s:
+        print(f"fork server ready in {ready_s:.1f}s ({', '.join(cfg.preload)} imported once for all runs)")
+        update_sweep_json(out_dir, fork_server={"preload": cfg.preload, "ready_s": round(ready_s, 2)})
+
+
 def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> int:
     skip = liger_skip_reason() if any(r.liger for r in pilot) else None
     compile_dir = compile_cache_dir(out_dir, info) if cfg.compile_cache else None
+    start_fork_server(cfg, out_dir, compile_dir, info)
     runs = pilot
     try:
         todo = [r for r in pilot if not is_finished(run_dir(out_dir, r))]
@@ -275,7 +294,7 @@ def execute_run(
     cache_dir = cache_dir_for(out_dir, run.cell)
     cache_error = caches.get(run.cell.cache_key())
     argv = train_command(cfg, run, rdir, cache_dir)
-    warm = compile_dir is not None and compile_dir.is_dir() and any(compile_dir.iterdir())
+    warm = compile_dir is not None and any(p.is_file() for p in compile_dir.rglob("*"))  # not just empty dirs
     record = cell_record(cfg, run, argv, cache_dir)
     record["compile_cache"] = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
     atomic_write_json(rdir / "cell.json", record)
@@ -301,6 +320,7 @@ def execute_run(
             run.cell.timeout_s,
             tick,
             compile_env(compile_dir),
+            fork=cfg.forks(run.cell),
         )
     finally:
         if poller is not None:

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench import forkstart
 from bench.fileio import atomic_write_json, read_json
+from bench.forkstart import ForkedRun, module_argv
 
 KILL_GRACE_S = 10.0
 TICK_S = 1.0
@@ -32,30 +34,44 @@ def run_process(
     timeout_s: float,
     tick: Callable[[], None] | None = None,
     extra_env: dict[str, str] | None = None,
+    fork: bool = False,
 ) -> tuple[int, bool]:
     """Run argv as its own process group, output to log_path; returns (exit code, timed out).
 
     The group's id goes to launch_path so a later --resume can kill what a dead driver left
     behind. On timeout or KeyboardInterrupt the whole group is killed (SIGTERM, then SIGKILL);
-    after a normal exit any process left in the group is killed too.
+    after a normal exit any process left in the group is killed too. With ``fork``, a
+    ``python -m module`` command is forked from the warm fork server (bench/forkstart.py)
+    (when the driver started it) instead of started afresh; launch.json records which.
     """
-    record = {"hostname": socket.gethostname(), "boot_id": _boot_id(), "command": argv, "start_time": now()}
+    forked = module_argv(argv) if fork and forkstart.ready() else None
+    record = {
+        "hostname": socket.gethostname(),
+        "boot_id": _boot_id(),
+        "command": argv,
+        "start": "fork-server" if forked else "exec",
+        "start_time": now(),
+    }
     atomic_write_json(launch_path, record)  # before the launch: a half-recorded launch is never "finished"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
-    with open(log_path, "ab") as log:
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent_fn(),
-            )
-        except (OSError, subprocess.SubprocessError) as e:
+    try:
+        if forked:
+            proc = ForkedRun(*forked, str(log_path), env)
+        else:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent_fn(),
+                )
+    except (OSError, subprocess.SubprocessError) as e:
+        with open(log_path, "ab") as log:
             log.write(f"driver: could not launch the trainer: {e}\n".encode())
-            return 127, False
+        return 127, False
     pgid = proc.pid  # start_new_session: the child leads its own session and group
     atomic_write_json(
         launch_path, {**record, "pid": proc.pid, "pgid": pgid, "leader_start": _start_ticks(proc.pid)}
@@ -165,23 +181,32 @@ def mark_exit(launch_path: Path, rc: int, timed_out: bool) -> None:
     atomic_write_json(launch_path, {**rec, "exit_code": rc, "timed_out": timed_out, "end_time": now()})
 
 
-def _die_with_parent_fn() -> Callable[[], None] | None:
-    """A preexec_fn making the child get SIGTERM when the driver dies (Linux prctl PR_SET_PDEATHSIG)."""
+def _prctl():
     if not sys.platform.startswith("linux"):
         return None
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
-    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
 
-    def preexec() -> None:  # runs in the forked child: no imports, no locks
-        prctl(pr_set_pdeathsig, sigterm, 0, 0, 0)
-        if os.getppid() != parent:  # the driver died before prctl took effect
+
+def die_with_parent(parent: int, prctl=None) -> None:
+    """In a child: get SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG); SIGKILL
+    itself now if the parent is already gone (it died before prctl took effect)."""
+    prctl = prctl or _prctl()
+    if prctl is not None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    return preexec
+
+def _die_with_parent_fn() -> Callable[[], None] | None:
+    """A preexec_fn making the child get SIGTERM when the driver dies."""
+    prctl = _prctl()  # resolved here: the preexec_fn runs in the forked child, no imports, no locks
+    if prctl is None:
+        return None
+    parent = os.getpid()
+    return lambda: die_with_parent(parent, prctl)
 
 
 def log_lines(path: Path, tail_bytes: int = 65536) -> list[str]:

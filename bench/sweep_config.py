@@ -155,6 +155,7 @@ class SweepConfig:
     cells: tuple[Cell, ...]
     equivalence_pct: float
     compile_cache: bool
+    fork_server: bool
     precision: Precision | None
     capacity: Capacity | None
     resolved: dict[str, Any]  # every key with its default filled in; stored in sweep.json
@@ -175,6 +176,18 @@ class SweepConfig:
     def precision_targets(self) -> dict[str, dict]:
         """Per cell with a precision target: its ci_halfwidth_pct, min_pairs, max_pairs."""
         return {c.cell_id: vars(c.precision) for c in self.cells if c.precision is not None}
+
+    @property
+    def preload(self) -> list[str]:
+        """What the fork server imports: the trainer's training module (its heavy imports), and
+        Liger's, so that both arms fork from the same process image (the baseline never patches)."""
+        if self.trainer_module == "specforge":
+            return ["specforge.train", "liger_kernel.transformers"]
+        return [self.trainer_module]
+
+    def forks(self, cell: Cell) -> bool:
+        """Whether a cell's runs are forked from the warm server (single-process runs only)."""
+        return self.fork_server and cell.gpus == 1 and cell.nodes == 1
 
     def pilot_pairs(self, cell: Cell) -> int:
         """Pairs every cell runs before any decision: the fixed repeats, or Stein's pilot."""
@@ -209,6 +222,7 @@ TOP_KEYS: dict[str, tuple] = {
     "precision": ("precision", None),
     "equivalence_pct": (_NUM, 1.0, 0, True),
     "compile_cache": ("bool", True),
+    "fork_server": ("bool", True),  # single-process runs fork from a server with the trainer imported
     "capacity": ("capacity", None),
     "cells": ("cells", REQUIRED),
 }
@@ -375,6 +389,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         cells=tuple(cells),
         equivalence_pct=float(top["equivalence_pct"]),
         compile_cache=top["compile_cache"],
+        fork_server=top["fork_server"],
         precision=top_precision,
         capacity=capacity,
         resolved=resolved,

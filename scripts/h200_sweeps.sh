@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# The H200 measurements behind results/h200 and results/h200-noise, for a GPU machine that has
-# torch/transformers but no package registry (liger-kernel comes as a wheel in .whl/).
+# The H200 measurements behind results/h200, results/h200-noise and results/h200-capacity, for
+# a GPU machine that has torch/transformers but no package registry (liger-kernel comes as a
+# wheel in .whl/).
 #
-#   bash scripts/h200_sweeps.sh SECONDS
+#   bash scripts/h200_sweeps.sh SECONDS [STAGE ...]     (default stages: h200 noise)
 #
-# Runs (or resumes) `make bench-h200` (configs/h200.yaml), then configs/h200-noise.yaml (A/A
-# and poller cost), in /tmp/w, stopping cleanly (SIGINT: the run in flight is dropped and
-# redone on the next call) when SECONDS are used up. Call it again to finish. Each sweep
-# directory, without its data and compile caches, goes to $OUT as a tarball; .gpu/state.tgz,
-# when carried, restores them on a fresh machine. The noise sweep shares the first sweep's
-# caches (same offline data, same compiled kernels). Only reads GPU settings.
+# Stages, in the order given, each run (or resumed) in /tmp/w until SECONDS are used up:
+#   h200      `make bench-h200` (configs/h200.yaml)
+#   noise     configs/h200-noise.yaml (A/A and poller cost; shares h200's caches)
+#   capacity  `python -m bench capacity configs/h200-capacity.yaml` (shares h200's caches)
+#   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
+# A stage stops cleanly at the deadline (SIGINT: the run in flight is dropped and redone on
+# the next call); call again to finish. Each sweep directory, without its data and compile
+# caches, goes to $OUT as a tarball; .gpu/state.tgz, when carried, restores them on a fresh
+# machine. Only reads GPU settings.
 set -u
 budget=${1:?seconds}
+shift
+stages=${*:-h200 noise}
 start=$(date +%s)
 left() { echo $((budget - ($(date +%s) - start))); }
 export PYTHONUNBUFFERED=1
@@ -20,21 +26,38 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-mkdir -p $W/h200-noise
-[ -e $W/h200-noise/cache ] || ln -s $W/h200/cache $W/h200-noise/cache
+mkdir -p $W/h200 $W/h200-noise $W/h200-capacity
+mkdir -p $W/h200/cache
+for d in h200-noise h200-capacity; do [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,persistence_mode --format=csv | tee -a $OUT/gpu.csv
-sweep() {  # name config
-  local t; t=$(left)
-  if [ "$t" -lt 60 ]; then echo "skip $1: ${t}s left"; return 0; fi
-  echo "=== $1: up to ${t}s"
-  ( time timeout -s INT "$t" make bench-$1 INSTALL= PYTHON=python3 OUT=$W/$1 ) 2>&1 | tee -a $OUT/$1.log
+python3 --version | tee -a $OUT/gpu.csv
+run_stage() {  # name command...
+  local name=$1 t; shift; t=$(left)
+  if [ "$t" -lt 60 ]; then echo "skip $name: ${t}s left"; return 0; fi
+  echo "=== $name: up to ${t}s"
+  ( time timeout -s INT "$t" "$@" ) 2>&1 | tee -a $OUT/$name.log
 }
-sweep h200
-# the noise sweep has no make target of its own: call the CLI the same way
-t=$(left)
-if [ "$t" -ge 60 ]; then
-  echo "=== h200-noise: up to ${t}s"
-  ( time timeout -s INT "$t" python3 -m bench sweep configs/h200-noise.yaml --out $W/h200-noise --resume ) 2>&1 | tee -a $OUT/h200-noise.log
-fi
-tar -czf $OUT/state.tgz -C $W --exclude=cache --exclude=.sweep.lock h200 h200-noise
+profile() {  # one warm 4B baseline run under cProfile, the sweep's caches
+  local cdir; cdir=$(ls -d $W/h200/cache/compile/*/ | head -1)
+  TORCHINDUCTOR_CACHE_DIR=${cdir}inductor TRITON_CACHE_DIR=${cdir}triton \
+    python3 -m cProfile -o /tmp/prof.out -m specforge train configs/train/qwen3.5-4b-offline.yaml \
+    --set training.steps=3 --set training.batch_size=2 --set data.seq_len=2048 \
+    --set training.num_anchors=512 --set training.accumulation_steps=4 \
+    --set data.cache_dir=$(ls -d $W/h200/cache/qwen3.5-4b-dflash_s2048_* | head -1) \
+    --set model.use_liger_kernel=false --output-dir /tmp/prof --force
+  python3 -c "import pstats; p = pstats.Stats('/tmp/prof.out'); p.sort_stats('cumulative').print_stats(70); p.sort_stats('tottime').print_stats(30)" > $OUT/profile.txt
+  cat /tmp/prof/run.json | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin).get('startup'), indent=1))"
+}
+export W OUT
+export -f profile
+for stage in $stages; do
+  case $stage in
+    h200) run_stage h200 make bench-h200 INSTALL= PYTHON=python3 OUT=$W/h200 ;;
+    noise) run_stage h200-noise python3 -m bench sweep configs/h200-noise.yaml --out $W/h200-noise --resume ;;
+    capacity) run_stage h200-capacity python3 -m bench capacity configs/h200-capacity.yaml --out $W/h200-capacity --resume ;;
+    profile) run_stage profile bash -c profile ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
+tar -czf $OUT/state.tgz -C $W --exclude=cache --exclude=.sweep.lock h200 h200-noise h200-capacity
 ls -la $OUT

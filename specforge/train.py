@@ -261,6 +261,22 @@ def _oom_reason(e: BaseException) -> str:
     return m.group(0) if m else _one_line(e)
 
 
+class _FirstStep:
+    """Phases of the first step, each up to a device sync: the data, the first micro-batch's
+    forward and backward (with any compiling), the other micro-batches, the optimizer."""
+
+    def __init__(self, sync, t0: float):
+        self.sync, self.last, self.phases = sync, t0, {}
+
+    def mark(self, name: str) -> None:
+        if name in self.phases:
+            return
+        self.sync()
+        now = time.perf_counter()
+        self.phases[name] = round(now - self.last, 3)
+        self.last = now
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text}"[:500]
@@ -280,8 +296,9 @@ def run(
     dataset = make_dataset(cfg, profile)  # bad data or cache: a ConfigError before anything is written
     data_mod.check_batch(len(dataset), cfg.training.batch_size, env.world)
     started = started or time.time()
-    phases = {
-        "imports_s": round(IMPORTED_AT - started, 2),
+    phases = {  # a run forked from a warm server (bench/forkstart.py) imported before it started
+        "imports_s": round(max(0.0, IMPORTED_AT - started), 2),
+        "imports_preloaded": IMPORTED_AT < started,
         "dataset_s": round(time.perf_counter() - t_data, 2),
     }
     if env.world > 1 and not dist.is_initialized():
@@ -367,16 +384,25 @@ def _train(
             log(f"[specforge] first step starts {startup_s:.1f}s after process start", flush=True)
         losses, accs = [], []
         counts = torch.zeros(3, dtype=torch.float64, device=env.device)
+        first = _FirstStep(trainer.sync, t0) if step == 0 else None  # where step 1's time goes
         for micro in range(tr.accumulation_steps):
-            loss, acc, c = trainer.micro_step(next(trainer.loader), step * tr.accumulation_steps + micro)
+            batch = next(trainer.loader)
+            if first:
+                first.mark("first_batch_s")
+            loss, acc, c = trainer.micro_step(batch, step * tr.accumulation_steps + micro)
             losses.append(loss)
             accs.append(acc)
             counts += c
+            if first and micro == 0:
+                first.mark("first_micro_step_s")  # forward + backward, compiling on a cold cache
+        if first:
+            first.mark("other_micro_steps_s")
         grad_norm = trainer.optimizer_step(step)
         trainer.sync()
         dt = time.perf_counter() - t0
-        if step == 0:  # what step 1 spent compiling (TorchDynamo/Inductor phases), best effort
-            startup.update(first_step_s=round(dt, 2), compile_s=_compile_times())
+        if first:  # step 1's phases, and what it spent compiling (TorchDynamo/Inductor), best effort
+            first.mark("optimizer_s")
+            startup.update(first_step_s=round(dt, 2), first_step=first.phases, compile_s=_compile_times())
             files.update(startup=startup)
         stats = torch.stack([torch.stack(losses).mean().float(), torch.stack(accs).mean().float()])
         stats = _reduce(stats, dist.ReduceOp.SUM) / env.world

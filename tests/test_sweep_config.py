@@ -242,8 +242,14 @@ def test_shipped_configs(shipped):
     h200 = shipped("h200")
     assert set(h200.hardware) == {"h100", "h200"}
     # 12 measured steps per run, pairs added until ±1 point (docs/method.md has the arithmetic)
-    assert all((c.steps, c.warmup_steps) == (15, 3) for c in h200.cells)
-    assert [(c.precision.ci_halfwidth_pct, c.precision.min_pairs) for c in h200.cells] == [(1.0, 5), (1.0, 3)]
+    assert all((c.steps, c.warmup_steps) == (13, 1) for c in h200.cells)
+    assert [
+        (c.precision.ci_halfwidth_pct, c.precision.min_pairs, c.precision.max_pairs) for c in h200.cells
+    ] == [
+        (1.0, 5, 12),
+        (1.0, 3, 8),
+    ]
+    assert h200.fork_server and h200.preload == ["specforge.train", "liger_kernel.transformers"]
     assert h200.order == "shuffled"
     assert all(c.num_anchors == 512 for c in h200.cells)
     # The 4B cell is the seeds' method (8 samples per step); the online 8B cell uses 2 micro-batches.
