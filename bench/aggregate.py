@@ -413,16 +413,19 @@ def _one_sided(base_ok, ok, base_statuses: set, statuses: set, arm: str) -> dict
     """Verdicts when one arm (or both) has no ok run: which arm fits is itself the finding."""
     base_oom = base_ok.empty and "oom" in base_statuses
     arm_oom = ok.empty and "oom" in statuses
+    no_base = not base_statuses  # e.g. a capacity probe only one arm's search reached
     if base_oom and arm_oom:
         text = "both arms OOM"
     elif base_oom:
         text = f"{arm} fits, baseline OOM"
-    elif arm_oom:
+    elif arm_oom and not base_ok.empty:
         text = f"baseline fits, {arm} OOM"
+    elif arm_oom:
+        text = f"{arm} OOM; " + ("no baseline run" if no_base else "no ok baseline run")
     elif ok.empty:
         text = "n/a (no ok runs)"
     else:
-        text = "n/a (no ok baseline)"
+        text = "n/a (no baseline run)" if no_base else "n/a (no ok baseline)"
     return {"verdict_speed": text, "verdict_memory": text}
 
 

@@ -163,6 +163,11 @@ def _child_main(module: str, args: list[str], log_path: str, env: dict[str, str]
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.reconfigure(line_buffering=True, write_through=True)
+    # multiprocessing made the server's start method this process's default; a fresh
+    # interpreter has the platform's (fork on Linux before Python 3.14). Without this reset,
+    # the run's DataLoader would start its workers through a new fork server of its own
+    # (measured on the H200: 3-4 s to the first batch instead of 0.3 s).
+    multiprocessing.set_start_method(None, force=True)
     os.environ.clear()
     os.environ.update(env)
     sys.argv = [module, *args]

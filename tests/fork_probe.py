@@ -6,6 +6,7 @@ grandchild that sleeps forever (its pid goes into OUT.json).
 """
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ if __name__ == "__main__":
         "leads_session": os.getsid(0) == os.getpid(),
         "probe_env": os.environ.get("FORK_PROBE"),
         "stdin_is_devnull": os.path.samestat(os.fstat(0), os.stat(os.devnull)),
+        "start_method": multiprocessing.get_start_method(),
     }
     if mode == "child":
         info["grandchild"] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid

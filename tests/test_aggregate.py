@@ -323,6 +323,19 @@ def test_verdicts_when_one_arm_does_not_fit(base_status, liger_status, expected)
     assert row.verdict_speed == expected and row.verdict_memory == expected
 
 
+@pytest.mark.parametrize(
+    ("liger_status", "expected"), [("oom", "liger OOM; no baseline run"), ("ok", "n/a (no baseline run)")]
+)
+def test_verdicts_where_only_one_arm_ran(liger_status, expected):
+    """A capacity probe that only the Liger search reached (batch 32 on the H200: the baseline's
+    search stopped at 16): no baseline run is not a baseline that fits."""
+    df = runs_df([10.0, 10.0], [12.0, 12.0], [130.0, 130.0], [120.0, 120.0])
+    df = df[df["arm"] == "liger"].copy()
+    df["status"] = liger_status
+    row = summary_table(df).iloc[-1]
+    assert row.verdict_speed == expected and row.verdict_memory == expected
+
+
 def test_oom_reason_is_the_allocators_first_sentence():
     from bench.driver import short_oom
 

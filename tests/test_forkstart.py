@@ -1,6 +1,7 @@
 """Warm starts: runs forked from the fork server behave as the same command started afresh."""
 
 import json
+import multiprocessing
 import signal
 import subprocess
 import sys
@@ -39,6 +40,9 @@ def test_a_forked_run_sees_what_the_command_line_gives(tmp_path, monkeypatch, fo
     info = json.loads(out.read_text())
     assert info["argv"] == [str(out), "7"] and info["probe_env"] == "x"
     assert info["leads_session"] and info["stdin_is_devnull"]
+    # the platform's default, as in a fresh interpreter: not the fork server's (a DataLoader
+    # would otherwise start its workers through a fork server of its own)
+    assert info["start_method"] == multiprocessing.get_context().get_start_method()
     assert launch["pgid"] == launch["pid"] == info["pid"]
     assert "probe says hello" in log and "probe on stderr" in log
 
