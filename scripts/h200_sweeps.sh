@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The H200 measurements behind results/h200, results/h200-noise and results/h200-capacity, for
-# a GPU machine that has torch/transformers but no package registry (liger-kernel comes as a
-# wheel in .whl/).
+# The H200 measurements behind results/h200* for a GPU machine that has torch/transformers
+# but no package registry (liger-kernel comes as a wheel in .whl/).
 #
 #   bash scripts/h200_sweeps.sh SECONDS [STAGE ...]     (default stages: h200 noise)
 #
@@ -9,6 +8,10 @@
 #   h200      `make bench-h200` (configs/h200.yaml)
 #   noise     configs/h200-noise.yaml (A/A and poller cost; shares h200's caches)
 #   capacity  `python -m bench capacity configs/h200-capacity.yaml` (shares h200's caches)
+#   capseq    `python -m bench capacity configs/h200-capacity-seq.yaml` (sequence axis)
+#   arms      configs/h200-arms.yaml (baseline, rmsnorm, swiglu, liger; shares h200's caches)
+#   scaling   configs/h200x2-scaling.yaml (1 and 2 GPUs: the nvidia-h200-x2 machine)
+#   x8        configs/h200x8.yaml (1, 2, 4, 8 GPUs: an 8-GPU machine)
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
 # A stage stops cleanly at the deadline (SIGINT: the run in flight is dropped and redone on
 # the next call); call again to finish. Each sweep directory, without its data and compile
@@ -26,9 +29,10 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-mkdir -p $W/h200 $W/h200-noise $W/h200-capacity
+DIRS="h200 h200-noise h200-capacity h200-capacity-seq h200-arms h200x2-scaling h200x8"
+for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
-for d in h200-noise h200-capacity; do [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
+for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,persistence_mode --format=csv | tee -a $OUT/gpu.csv
 python3 --version | tee -a $OUT/gpu.csv
 run_stage() {  # name command...
@@ -55,9 +59,13 @@ for stage in $stages; do
     h200) run_stage h200 make bench-h200 INSTALL= PYTHON=python3 OUT=$W/h200 ;;
     noise) run_stage h200-noise python3 -m bench sweep configs/h200-noise.yaml --out $W/h200-noise --resume ;;
     capacity) run_stage h200-capacity python3 -m bench capacity configs/h200-capacity.yaml --out $W/h200-capacity --resume ;;
+    capseq) run_stage h200-capacity-seq python3 -m bench capacity configs/h200-capacity-seq.yaml --out $W/h200-capacity-seq --resume ;;
+    arms) run_stage h200-arms python3 -m bench sweep configs/h200-arms.yaml --out $W/h200-arms --resume ;;
+    scaling) run_stage h200x2-scaling python3 -m bench sweep configs/h200x2-scaling.yaml --out $W/h200x2-scaling --resume ;;
+    x8) run_stage h200x8 python3 -m bench sweep configs/h200x8.yaml --out $W/h200x8 --resume ;;
     profile) run_stage profile bash -c profile ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
-tar -czf $OUT/state.tgz -C $W --exclude=cache --exclude=.sweep.lock h200 h200-noise h200-capacity
+tar -czf $OUT/state.tgz -C $W --exclude=cache --exclude=.sweep.lock $DIRS
 ls -la $OUT

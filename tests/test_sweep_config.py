@@ -228,7 +228,18 @@ def shipped(tmp_path, monkeypatch):
     for name in TRAIN_CONFIGS:
         mode = "online" if name.endswith("online") else "offline"
         write_train(tmp_path / "configs", name, profile=name.rsplit("-", 1)[0], mode=mode)
-    for name in ("cpu", "h200", "h200-noise", "h200-capacity", "h200-arms", "a100", "mi355x"):
+    for name in (
+        "cpu",
+        "h200",
+        "h200-noise",
+        "h200-capacity",
+        "h200-capacity-seq",
+        "h200-arms",
+        "h200x2-scaling",
+        "h200x8",
+        "a100",
+        "mi355x",
+    ):
         shutil.copy(REPO / "configs" / f"{name}.yaml", tmp_path / "configs")
     monkeypatch.chdir(tmp_path)
     return lambda name: load_config(Path("configs") / f"{name}.yaml")
@@ -270,5 +281,16 @@ def test_shipped_configs(shipped):
 
 def test_shipped_configs_against_real_training_configs(monkeypatch):
     monkeypatch.chdir(REPO)
-    for name in ("cpu", "h200", "h200-noise", "h200-capacity", "h200-arms", "a100", "mi355x"):
+    for name in (
+        "cpu",
+        "h200",
+        "h200-noise",
+        "h200-capacity",
+        "h200-capacity-seq",
+        "h200-arms",
+        "h200x2-scaling",
+        "h200x8",
+        "a100",
+        "mi355x",
+    ):
         assert plan(load_config(f"configs/{name}.yaml"))
