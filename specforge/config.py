@@ -102,6 +102,7 @@ class ModelConfig:
     liger_rms_norm: bool = True  # with use_liger_kernel: Liger's RMSNorm (false: the stock one)
     liger_swiglu: bool = True  # with use_liger_kernel: Liger's SwiGLU MLP (false: the stock one)
     attention_backend: Literal["flex_attention", "sdpa"] = "flex_attention"
+    compile_layers: bool = False  # torch.compile each draft decoder layer (on a GPU)
     loss_chunk_size: int = 1024  # scored positions per LM-head chunk (padded to whole chunks)
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
 
@@ -126,6 +127,7 @@ class TrainingConfig:
     loss_decay_gamma: float = 7.0
     seed: int = 42
     device: Literal["auto", "cuda", "cpu"] = "auto"
+    fused_adamw: bool = True  # on a GPU, torch's fused AdamW kernel; false: foreach (the CPU: always foreach)
     peak_tflops: float | None = None  # per device, for MFU; None = from the device name
     log_every: int = 1
 

@@ -62,6 +62,11 @@ def resolve_env(cfg: TrainConfig) -> Env:
             )
         if cfg.model.attention_backend == "flex_attention":
             raise ConfigError("model.attention_backend: flex_attention has no backward on the CPU; use sdpa")
+        if cfg.model.compile_layers:
+            raise ConfigError(
+                "model.compile_layers: compiling the draft's layers is a GPU arm (TorchInductor's "
+                "Triton kernels); on the CPU leave it false"
+            )
     return Env(device=device, rank=rank, world=world, local_rank=local_rank)
 
 
@@ -111,6 +116,9 @@ class Trainer:
         draft.init_weights(seed)
         self.checksum = param_checksum(draft)
         self.module_types = sorted({type(m).__name__ for m in draft.modules()})
+        if cfg.model.compile_layers:  # in place, so parameter names and FSDP wrapping stay as they are
+            for layer in draft.layers:
+                layer.compile()
         if env.world > 1:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -123,7 +131,7 @@ class Trainer:
         self.masters = [p.detach().float() for p in self.params]
         for m in self.masters:
             m.grad = torch.zeros_like(m)
-        fused = env.device.type == "cuda"
+        fused = env.device.type == "cuda" and cfg.training.fused_adamw
         self.opt = torch.optim.AdamW(
             self.masters,
             lr=cfg.training.lr,
@@ -329,6 +337,8 @@ def run(
             },
             "objective": objective.OBJECTIVE.format(chunk=cfg.model.loss_chunk_size),
             "precision": f"{cfg.model.dtype} params and compute; fp32 master weights, grads and AdamW state",
+            "optimizer": "AdamW, "
+            + ("fused" if env.device.type == "cuda" and cfg.training.fused_adamw else "foreach"),
             "peak_tflops": peak,
             "provenance": prov,
             "startup": phases,

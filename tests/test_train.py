@@ -61,6 +61,7 @@ def test_offline_trains_and_loss_falls(tmp_path, tiny_cache):
     assert run["liger"] == liger_record
     assert run["provenance"]["torch"] == torch.__version__ and "hostname" in run["provenance"]
     assert "fused linear-CE" in run["objective"] and run["model_flops_per_step"] > 0
+    assert run["optimizer"] == "AdamW, foreach"  # fused AdamW is a GPU kernel; the CPU always runs foreach
     assert "step 30/30 | loss" in r.stdout
 
 

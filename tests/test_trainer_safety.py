@@ -66,6 +66,10 @@ def copy_cache(src, dst):
         (["--use-liger-kernel"], "model.use_liger_kernel: Liger's Triton kernels need a CUDA or ROCm GPU"),
         (["--set", "model.attention_backend=flex_attention"], "model.attention_backend: flex_attention"),
         (["--set", "training.device=cuda"], "training.device: cuda requested"),
+        (
+            ["--set", "model.compile_layers=true"],
+            "model.compile_layers: compiling the draft's layers is a GPU arm",
+        ),
         (["--set", "training.lr=nan"], "training.lr: expected a finite number"),
         (["--set", "training.batch_size=64"], "training.batch_size: 64 is more than the 32 samples"),
         (["--set", "data.seq_len=64"], "holds seq_len=128"),
