@@ -29,7 +29,13 @@ import yaml
 #   aa:     the baseline again (an A/A comparison: the suite's own noise floor)
 #   nopoll: the baseline with the VRAM poller off (what polling costs)
 #   rmsnorm / swiglu: one Liger kernel alone (which of the two buys the gain)
+#   compile / liger_compile: torch.compile of each draft layer, without / with Liger (GPU only)
+#   sdpa: the baseline with SDPA attention instead of flex attention
+#   adamw_foreach: the baseline with foreach AdamW instead of the fused kernel (what fusing buys,
+#     with the sign flipped: the trainer's default is fused)
 # ``set``: the training config keys the arm sets (the driver's: a cell may not override them).
+# ``gpu``: the arm cannot run on the CPU (refused in a CPU sweep; Liger's arms are recorded as
+# skipped there instead, so the CPU sweep shows why).
 ARM_OPTIONS: dict[str, dict] = {
     "baseline": {"liger": False, "poll_vram": True, "set": {}},
     "liger": {"liger": True, "poll_vram": True, "set": {}},
@@ -37,6 +43,10 @@ ARM_OPTIONS: dict[str, dict] = {
     "swiglu": {"liger": True, "poll_vram": True, "set": {"model.liger_rms_norm": False}},
     "aa": {"liger": False, "poll_vram": True, "set": {}},
     "nopoll": {"liger": False, "poll_vram": False, "set": {}},
+    "compile": {"liger": False, "poll_vram": True, "set": {"model.compile_layers": True}, "gpu": True},
+    "liger_compile": {"liger": True, "poll_vram": True, "set": {"model.compile_layers": True}, "gpu": True},
+    "sdpa": {"liger": False, "poll_vram": True, "set": {"model.attention_backend": "sdpa"}},
+    "adamw_foreach": {"liger": False, "poll_vram": True, "set": {"training.fused_adamw": False}},
 }
 ARMS = tuple(ARM_OPTIONS)
 ORDERS = ("interleaved", "shuffled")
@@ -54,6 +64,8 @@ DRIVER_KEYS = {
     "model.use_liger_kernel": "use arms",
     "model.liger_rms_norm": "use arms (rmsnorm, swiglu, liger)",
     "model.liger_swiglu": "use arms (rmsnorm, swiglu, liger)",
+    "model.compile_layers": "use arms (compile, liger_compile)",
+    "training.fused_adamw": "use arms (adamw_foreach)",
 }
 # The precision target (Stein's two-stage rule, bench/stats.py): keys, defaults and bounds.
 PRECISION_KEYS = ("ci_halfwidth_pct", "min_pairs", "max_pairs")
@@ -207,7 +219,7 @@ TOP_KEYS: dict[str, tuple] = {
     "hardware": ("names", REQUIRED),
     "out": (_STR, None),
     "trainer_module": (_STR, "specforge"),
-    "arms": ("arms", list(ARMS)),
+    "arms": ("arms", ["baseline", "liger"]),
     "repeats": (_INT, 3, 1),
     "order": (_STR, "interleaved"),
     "order_seed": (_INT, 0, None),
@@ -300,6 +312,11 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         raise fail(f"rdzv_endpoint: expected host:port, got {top['rdzv_endpoint']!r}")
     if not top["cells"]:
         raise fail("cells: expected a non-empty list of cells")
+    gpu_only = [a for a in top["arms"] if ARM_OPTIONS[a].get("gpu")]
+    if gpu_only and "cpu" in top["hardware"]:
+        raise fail(
+            f"arms: {gpu_only[0]} needs a GPU (TorchInductor's Triton kernels); this sweep's hardware is cpu"
+        )
     if top["precision"] is not None and "repeats" in raw:
         raise fail(
             "repeats: not used with precision (pairs run from precision.min_pairs up to max_pairs); remove one"
@@ -354,6 +371,10 @@ def validate(raw: Any, path: Path) -> SweepConfig:
             config_sha256=sha,
             precision=cell_precision,
         )
+        if "sdpa" in top["arms"] and entry_cell.attention_backend == "sdpa":
+            raise fail(
+                f"arms: sdpa on {where}, whose attention is sdpa already: the arm would be the baseline"
+            )
         for gpus, batch, seq in itertools.product(gpus_list, c["batch_size"], c["seq_len"]):
             cell = replace(entry_cell, batch_size=batch, seq_len=seq, gpus=gpus)
             cells.append(replace(cell, cell_id=_cell_id(cell, c["label"])))

@@ -169,6 +169,17 @@ def _bad(base: dict, tmp: Path) -> list[tuple[str, dict, str]]:
             base | {"cells": [cell | {"config": str(write_train(tmp, "nomode", mode="batch"))}]},
             "needs a top-level 'mode'",
         ),
+        ("gpu arm on cpu", base | {"arms": ["baseline", "compile"]}, "arms: compile needs a GPU"),
+        (
+            "sdpa arm, sdpa cell",
+            base | {"hardware": "h200", "arms": ["baseline", "sdpa"]},
+            "arms: sdpa on cells[0], whose attention is sdpa already",
+        ),
+        (
+            "arm key in set",
+            base | {"cells": [cell | {"set": {"training.fused_adamw": False}}]},
+            "use arms (adamw_foreach)",
+        ),
     ]
 
 
@@ -294,3 +305,34 @@ def test_shipped_configs_against_real_training_configs(monkeypatch):
         "mi355x",
     ):
         assert plan(load_config(f"configs/{name}.yaml"))
+
+
+def test_option_arms_set_their_keys_and_only_liger_arms_patch(tmp_path, base):
+    """Each arm is a named set of trainer options; its run's command carries exactly those."""
+    from bench.driver import train_command
+
+    base["hardware"] = "h200"
+    base["cells"] = [base["cells"][1]]  # online, flex attention (the train config's default)
+    base["arms"] = ["baseline", "compile", "liger_compile", "sdpa", "adamw_foreach"]
+    runs = {r.arm: r for r in plan(load_config(write_sweep(tmp_path, base)))}
+    expect = {
+        "baseline": [],
+        "compile": ["model.compile_layers=true"],
+        "liger_compile": ["model.compile_layers=true"],
+        "sdpa": ["model.attention_backend=sdpa"],
+        "adamw_foreach": ["training.fused_adamw=false"],
+    }
+    for arm, sets in expect.items():
+        argv = train_command(load_config(write_sweep(tmp_path, base)), runs[arm], tmp_path / arm, None)
+        arm_sets = [
+            a
+            for a in argv
+            if a.split("=")[0] in ("model.compile_layers", "model.attention_backend", "training.fused_adamw")
+        ]
+        assert arm_sets == sets, arm
+        assert ("--use-liger-kernel" in argv) == (arm == "liger_compile"), arm
+
+
+def test_default_arms_are_baseline_and_liger(tmp_path, base):
+    del base["arms"]
+    assert load_config(write_sweep(tmp_path, base)).arms == ("baseline", "liger")
