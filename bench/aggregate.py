@@ -94,7 +94,7 @@ LOSS_PARITY_COLUMNS = [
 PARITY_CRITERION = "last_step_abs_delta <= tolerance"
 
 VRAM_PER_CARD_COLUMNS = [
-    "run_id", "cell_id", "arm", "repeat", "card_index", "card_name", "total_gib",
+    "run_id", "cell_id", "arm", "repeat", "node", "card_index", "card_name", "total_gib",
     "baseline_used_gib", "peak_used_gib", "peak_delta_gib",
 ]  # fmt: skip
 
@@ -189,14 +189,16 @@ def _num(x: Any, default: float = NAN) -> float:
 
 
 def vram_devices(vram: dict | None) -> pd.DataFrame:
-    """Per-card rows of a vram.json (card_index, card_name, total/baseline/peak/delta GiB)."""
-    cols = ["card_index", "card_name", "total_gib", "baseline_used_gib", "peak_used_gib", "peak_delta_gib"]
+    """Per-card rows of a vram.json (node, card_index, card_name, total/baseline/peak/delta GiB);
+    node is 0 on a single node, a multi-node run's gathered cards carry theirs (bench/nodevram.py)."""
+    cols = VRAM_PER_CARD_COLUMNS[VRAM_PER_CARD_COLUMNS.index("node") :]
     devices = (vram or {}).get("devices") or []
     rows = [
         {
+            "node": d.get("node", 0),
             "card_index": d.get("index", i),
             "card_name": d.get("name"),
-            **{c: _num(d.get(c)) for c in cols[2:]},
+            **{c: _num(d.get(c)) for c in cols[3:]},
         }
         for i, d in enumerate(devices)
         if isinstance(d, dict)

@@ -94,6 +94,13 @@ def make_poller(run_dir: Path, interval_s: float):
     return VramPoller(run_dir, interval_s=interval_s)
 
 
+def gather_node_vram(run_dir: Path, nodes: int) -> dict:
+    """Merge a multi-node run's per-node VRAM files into its vram.json (bench/nodevram.py)."""
+    from bench.nodevram import gather
+
+    return gather(run_dir, nodes)
+
+
 def vram_preflight() -> str | None:
     """A one-line warning when this machine's GPUs cannot be polled (e.g. amdsmi missing)."""
     from bench import vram
@@ -170,6 +177,7 @@ def run_sweep(
     if problem:
         raise SweepError(problem)
     _check_gpus(cfg, info)
+    _check_launcher(cfg)
     previous = check_out_dir(cfg, out_dir, resume, force)
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -305,11 +313,12 @@ def execute_run(
 
     started = now()
     poller = None
-    if cfg.polls(run.arm):
-        poller = _quietly("VRAM poller", lambda: make_poller(rdir, cfg.poll_interval_s))
-    else:
+    multinode = run.cell.nodes > 1  # each node polls its own cards beside its agent (bench/nodevram.py)
+    if not cfg.polls(run.arm):
         why = "poll_vram: false" if not cfg.poll_vram else f"arm {run.arm} runs without the poller"
         atomic_write_json(rdir / "vram.json", {"backend": "none", "status": "disabled", "reason": why})
+    elif not multinode:
+        poller = _quietly("VRAM poller", lambda: make_poller(rdir, cfg.poll_interval_s))
     if poller is not None:
         _quietly("VRAM poller", poller.start)
     try:
@@ -325,6 +334,8 @@ def execute_run(
     finally:
         if poller is not None:
             _quietly("VRAM poller", poller.stop)
+    if multinode and cfg.polls(run.arm):
+        _quietly("VRAM gather", lambda: gather_node_vram(rdir, run.cell.nodes))
     reconcile(rdir, run, rc, timed_out, started)
     mark_exit(rdir / "launch.json", rc, timed_out)
     return console.outcome_line(rdir)
@@ -445,9 +456,8 @@ def check_command(
     """The trainer's validate-only command for a cell: its training config with every --set the runs
     get. With an existing offline cache as ``cache_dir`` the trainer also verifies that cache."""
     run = Run("check", cell, arm, 1, 0)
-    argv = train_command(cfg, run, out_dir / "runs" / "check", cache_dir)
-    sub = argv.index("train")
-    return [sys.executable, "-m", cfg.trainer_module, "check", *argv[sub + 1 : argv.index("--output-dir")]]
+    args = train_args(run, out_dir / "runs" / "check", cache_dir)  # train CONFIG ... --output-dir DIR
+    return [sys.executable, "-m", cfg.trainer_module, "check", *args[1:-2]]
 
 
 def check_cells(cfg: SweepConfig, out_dir: Path) -> None:
@@ -484,19 +494,31 @@ def check_cells(cfg: SweepConfig, out_dir: Path) -> None:
 # ---------------------------------------------------------------- commands and records
 
 
-def launcher(cfg: SweepConfig, cell: Cell, rdzv_id: str) -> list[str]:
+def launcher(cfg: SweepConfig, run: Run, rdir: Path) -> list[str]:
+    """The command up to the trainer's arguments: ``python -m <trainer>`` for one process,
+    ``torchrun --standalone`` for one node's GPUs; for several nodes the config's launcher
+    (which starts the rest once per node), then bench.nodevram polling each node's cards into
+    the run directory (when the arm is polled), then a torchrun agent that meets the other
+    nodes' at the c10d rendezvous."""
+    cell = run.cell
     if cell.gpus == 1 and cell.nodes == 1:
         return [sys.executable, "-m", cfg.trainer_module]
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cell.gpus)]
-    if cell.nodes > 1:
-        argv += ["--nnodes", str(cell.nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", cfg.rdzv_endpoint]
-        argv += ["--rdzv-id", rdzv_id]
-    else:
-        argv.append("--standalone")
-    return [*argv, "-m", cfg.trainer_module]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cell.gpus)]
+    if cell.nodes == 1:
+        return [*torchrun, "--standalone", "-m", cfg.trainer_module]
+    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", str(cfg.rdzv_endpoint), "--rdzv-id", run.run_id]
+    torchrun += ["--nnodes", str(cell.nodes), *rdzv]
+    wrap = [sys.executable, "-m", "bench.nodevram", "--run-dir", str(rdir), "--interval-s"]
+    wrap = [*wrap, f"{cfg.poll_interval_s:g}", "--"] if cfg.polls(run.arm) else []
+    return [*cfg.launcher, *wrap, *torchrun, "-m", cfg.trainer_module]
 
 
 def train_command(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
+    return [*launcher(cfg, run, rdir), *train_args(run, rdir, cache_dir)]
+
+
+def train_args(run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
+    """The trainer's arguments: ``train CONFIG --set k=v ... [--use-liger-kernel] --output-dir DIR``."""
     cell = run.cell
     sets: dict[str, Any] = {
         "training.steps": cell.steps,
@@ -509,7 +531,7 @@ def train_command(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None
         sets["model.use_liger_kernel"] = False
     sets.update(cell.overrides)
     sets.update(ARM_OPTIONS[run.arm]["set"])  # the arm's own keys (a cell may not set them)
-    argv = [*launcher(cfg, cell, run.run_id), "train", cell.train_config, *_set_args(sets)]
+    argv = ["train", cell.train_config, *_set_args(sets)]
     if run.liger:
         argv.append("--use-liger-kernel")
     return [*argv, "--output-dir", str(rdir)]
@@ -667,6 +689,11 @@ def _check_gpus(cfg: SweepConfig, info: dict) -> None:
         raise SweepError(f"gpus_per_run: {need} GPUs per run, but this machine has {gpus}")
 
 
+def _check_launcher(cfg: SweepConfig) -> None:
+    if cfg.launcher and shutil.which(cfg.launcher[0]) is None:
+        raise SweepError(f"{cfg.path}: launcher: {cfg.launcher[0]!r} is not on this machine's PATH")
+
+
 def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_problem: str | None = None) -> None:
     print(f"sweep {cfg.name} ({cfg.path}) -> {out_dir}   [dry run: nothing is written]")
     if hardware_problem:
@@ -683,6 +710,11 @@ def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_proble
                 )
     else:
         print(f"{len(runs)} runs = {len(cfg.cells)} cells x {len(cfg.arms)} arms x {cfg.repeats} repeats")
+    if cfg.nodes > 1:
+        print(
+            f"{cfg.nodes} nodes per run, started by `{shlex.join(cfg.launcher)}`; rendezvous at "
+            f"{cfg.rdzv_endpoint} (from {cfg.rdzv_from})"
+        )
     skip = liger_skip_reason() if any(r.liger for r in runs) else None
     if skip:
         print(f"liger runs will be skipped here: {skip}")

@@ -109,21 +109,34 @@ def plot_vram_per_card(vram_df: pd.DataFrame, path: str | Path) -> Path:
             _note(ax, NO_VRAM_NOTE)
             ax.set_title(str(cell), fontsize=9)
             continue
-        cards = sorted(c["card_index"].unique())
+        c, cards = _cards(c)
         cell_arms = [a for a in arms if (c["arm"] == a).any()]
         width = 0.8 / len(cell_arms)
         for k, arm in enumerate(cell_arms):
-            a = c[c["arm"] == arm].groupby("card_index")[["peak_used_gib", "baseline_used_gib"]].max()
+            a = c[c["arm"] == arm].groupby("card")[["peak_used_gib", "baseline_used_gib"]].max()
             a = a.reindex(cards)
             x = np.arange(len(cards)) + (k - (len(cell_arms) - 1) / 2) * width
             ax.bar(x, a["peak_used_gib"].fillna(0), width, label=arm, color=_color(arm, arms))
             ax.scatter(x, a["baseline_used_gib"], marker="_", color="k", s=60, zorder=3)
-        ax.set_xticks(np.arange(len(cards)), [str(int(i)) for i in cards])
-        ax.set_xlabel("card")
+        ax.set_xticks(np.arange(len(cards)), cards)
+        ax.set_xlabel("node:card" if ":" in cards[0] else "card")
         ax.set_ylabel("peak used (GiB)")
         ax.set_title(str(cell), fontsize=9)
         ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def _cards(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The rows with a ``card`` label ("3"; "1:3" for card 3 of node 1 when they span nodes) and
+    the labels in order (nodes by index, then name; cards by index)."""
+    nodes = rows["node"].astype(str) if "node" in rows else pd.Series("0", index=rows.index)
+    index = rows["card_index"].astype(int)
+    spans = nodes.nunique() > 1
+    labels = [f"{n}:{i}" if spans else str(i) for n, i in zip(nodes, index)]
+    order = sorted(
+        set(zip(nodes, index)), key=lambda k: (not k[0].isdigit(), int(k[0]) if k[0].isdigit() else 0, k)
+    )
+    return rows.assign(card=labels), [f"{n}:{i}" if spans else str(i) for n, i in order]
 
 
 def plot_loss_curves(records: list[RunRecord], path: str | Path) -> Path:

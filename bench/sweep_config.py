@@ -6,7 +6,8 @@ trainer to launch, the A/B arms, and a list of cells. Each cell entry expands to
 Bad input raises :class:`SweepError` with one line naming the file, the key and what is
 expected. Nothing here touches the filesystem beyond reading the sweep config and the
 training configs it points to (their top-level ``profile``/``mode`` and a few keys that
-describe the cell; ``specforge`` is never imported).
+describe the cell; ``specforge`` is never imported); the environment is read only for a
+multi-node sweep's rendezvous endpoint when the config names none.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _SET_KEY_RE = re.compile(r"^[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*$")
 _ENDPOINT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d+$")
+# Multi-node runs meet at a c10d rendezvous: the config's rdzv_endpoint, else this variable, else
+# $MASTER_ADDR:$MASTER_PORT (torchrun's c10d port when MASTER_PORT is unset). docs/multinode.md
+RDZV_ENV = "BENCH_RDZV_ENDPOINT"
+DEFAULT_RDZV_PORT = 29400
 
 
 class SweepError(Exception):
@@ -163,7 +170,10 @@ class SweepConfig:
     loss_tolerance: float
     gpus_per_run: tuple[int, ...]
     nodes: int
-    rdzv_endpoint: str | None
+    rdzv_endpoint: str | None  # as resolved: the config's, else from the environment
+    rdzv_from: str | None  # where rdzv_endpoint came from: the key or the environment variable(s)
+    # the command that starts a multi-node run once on every node (e.g. srun ...); () when nodes == 1
+    launcher: tuple[str, ...]
     cells: tuple[Cell, ...]
     equivalence_pct: float
     compile_cache: bool
@@ -233,6 +243,7 @@ TOP_KEYS: dict[str, tuple] = {
     "gpus_per_run": ("ints", [1], 1),
     "nodes": (_INT, 1, 1),
     "rdzv_endpoint": ("optstr", None),
+    "launcher": ("argv", None),  # multi-node: the command placed before each node's torchrun agent
     "precision": ("precision", None),
     "equivalence_pct": (_NUM, 1.0, 0, True),
     "compile_cache": ("bool", True),
@@ -306,10 +317,16 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         )
     if top["poll_interval_s"] > 1.0:
         raise fail(f"poll_interval_s: expected at most 1.0 s, got {top['poll_interval_s']}")
-    if top["nodes"] > 1 and not top["rdzv_endpoint"]:
-        raise fail("rdzv_endpoint: required when nodes > 1 (host:port of the c10d rendezvous)")
-    if top["rdzv_endpoint"] is not None and not _ENDPOINT_RE.match(top["rdzv_endpoint"]):
-        raise fail(f"rdzv_endpoint: expected host:port, got {top['rdzv_endpoint']!r}")
+    rdzv_endpoint, rdzv_from = _rdzv_endpoint(top, os.environ, fail)
+    if top["nodes"] > 1 and top["launcher"] is None:
+        raise fail(
+            "launcher: required when nodes > 1: the command that starts the run once on every node, "
+            "e.g. [srun, --nodes=2, --ntasks-per-node=1] (docs/multinode.md)"
+        )
+    if top["nodes"] == 1 and top["launcher"] is not None:
+        raise fail(
+            "launcher: only for nodes > 1 (single-node runs start on this machine); remove it or set nodes"
+        )
     if not top["cells"]:
         raise fail("cells: expected a non-empty list of cells")
     gpu_only = [a for a in top["arms"] if ARM_OPTIONS[a].get("gpu")]
@@ -389,6 +406,8 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         seen[cell.cell_id] = cell.entry
 
     resolved = {**top, "cells": resolved_cells}
+    if top["launcher"] is None:  # absent, as in sweeps made before the key existed: they still resume
+        del resolved["launcher"]
     return SweepConfig(
         path=path,
         name=top["name"],
@@ -408,7 +427,9 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         loss_tolerance=float(top["loss_tolerance"]),
         gpus_per_run=tuple(top["gpus_per_run"]),
         nodes=top["nodes"],
-        rdzv_endpoint=top["rdzv_endpoint"],
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_from=rdzv_from,
+        launcher=tuple(top["launcher"] or ()),
         cells=tuple(cells),
         equivalence_pct=float(top["equivalence_pct"]),
         compile_cache=top["compile_cache"],
@@ -530,6 +551,7 @@ _EXPECT = {
     _STR: "a string",
     "bool": "true or false",
     "optstr": "a string or null",
+    "argv": "a list of strings, the command's words (e.g. [srun, --nodes=2, --ntasks-per-node=1]; quote numbers)",
     "names": "a hardware name or a list of them (e.g. [h100, h200], cpu, any)",
     "arms": f"a list of arms from {', '.join(ARMS)}",
     "ints": "a positive integer or a list of them",
@@ -564,6 +586,11 @@ def _check_value(value: Any, kind: str, bound: list, name: str, fail) -> Any:
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise bad()
         return value
+    if kind == "argv":
+        words = value if isinstance(value, list) else []
+        if not words or not all(isinstance(a, str) and a.strip() for a in words):
+            raise bad()
+        return list(words)
     if kind == "names":
         names = [value] if isinstance(value, str) else value
         if (
@@ -614,6 +641,30 @@ def _check_value(value: Any, kind: str, bound: list, name: str, fail) -> Any:
             raise bad()
         return value
     raise AssertionError(kind)
+
+
+def _rdzv_endpoint(top: dict, env: Mapping[str, str], fail) -> tuple[str | None, str | None]:
+    """(host:port, where it came from) of the c10d rendezvous: the config's rdzv_endpoint, else
+    $BENCH_RDZV_ENDPOINT, else $MASTER_ADDR:$MASTER_PORT (port 29400 when unset); (None, None)
+    for a single-node sweep that names none. Not stored in the resolved config, so a sweep
+    resumes in a new allocation whose first node differs."""
+    if top["rdzv_endpoint"] is not None:
+        source, value = "rdzv_endpoint", top["rdzv_endpoint"]
+    elif top["nodes"] == 1:
+        return None, None
+    elif env.get(RDZV_ENV, "").strip():
+        source, value = RDZV_ENV, env[RDZV_ENV].strip()
+    elif env.get("MASTER_ADDR", "").strip():
+        port = env.get("MASTER_PORT", "").strip() or str(DEFAULT_RDZV_PORT)
+        source, value = "MASTER_ADDR/MASTER_PORT", f"{env['MASTER_ADDR'].strip()}:{port}"
+    else:
+        raise fail(
+            f"rdzv_endpoint: required when nodes > 1: host:port of the c10d rendezvous on the first node, "
+            f"here or in ${RDZV_ENV} or $MASTER_ADDR (+ $MASTER_PORT)"
+        )
+    if not _ENDPOINT_RE.match(value):
+        raise fail(f"{source}: expected host:port, got {value!r}")
+    return value, source
 
 
 def _precision(top: dict | None, override: dict, where: str, fail) -> Precision | None:

@@ -504,6 +504,8 @@ class VramPoller:
 
     Usage: ``with VramPoller(run_dir): run()`` or ``p.start(); ...; summary = p.stop()``.
     ``state_interval_s``: seconds between clock/temperature/power reads (<= 0: none).
+    ``name``: the files' stem, ``<name>.jsonl`` and ``<name>.json`` (one node of a multi-node
+    run writes ``vram_node_<node>``: bench/nodevram.py).
     """
 
     def __init__(
@@ -513,8 +515,10 @@ class VramPoller:
         backend: str = "auto",
         baseline_samples: int = 5,
         state_interval_s: float = 1.0,
+        name: str = "vram",
     ) -> None:
         self.run_dir = Path(run_dir)
+        self.name = name
         self.interval_s = float(interval_s)
         self.state_interval_s = float(state_interval_s or 0.0)
         self.prefer = backend
@@ -563,7 +567,7 @@ class VramPoller:
         return self
 
     def stop(self) -> dict:
-        """Stop sampling, write vram.json, close the backend; returns the summary. Never raises."""
+        """Stop sampling, write <name>.json, close the backend; returns the summary. Never raises."""
         if self._summary is not None:
             return self._summary
         try:
@@ -583,7 +587,7 @@ class VramPoller:
             self.reason = "poller was never started"
         self._summary = self.summary()
         try:
-            atomic_write_json(self.run_dir / "vram.json", self._summary)
+            atomic_write_json(self.run_dir / f"{self.name}.json", self._summary)
         except Exception:
             pass
         return self._summary
@@ -685,7 +689,7 @@ class VramPoller:
         if not rows:
             return
         try:  # one open per flush, not per sample (a batched fileio.append_jsonl)
-            with open(self.run_dir / "vram.jsonl", "a") as f:
+            with open(self.run_dir / f"{self.name}.jsonl", "a") as f:
                 f.write("".join(json.dumps(r) + "\n" for r in rows))
                 f.flush()
         except Exception as err:

@@ -15,6 +15,8 @@ Behaviours are chosen with --set keys:
     fake.raw_oom=true        print a CUDA OOM traceback line and exit 1 without touching run.json
     fake.max_batch=N         OOM (exit 3, status "oom") at step 1 when training.batch_size > N
     fake.spawn_child=true    start a grandchild process that sleeps (tests process-group cleanup)
+    fake.allreduce=true      join the torchrun world over gloo and all-reduce rank + 1 (run.json
+                             records the sum and the agents' GROUP_RANKs: one per node)
     fake.step_time_s=0.1     report this step time instead of the measured one, times a per-run
                              factor exp(N(0, fake.run_sd)) seeded by the run directory's name and
                              divided by fake.liger_speedup in the Liger arm: throughput drawn from
@@ -95,6 +97,22 @@ def prepare(cfg: dict, out: Path) -> int:
     return 0
 
 
+def _allreduce(rank: int) -> dict:
+    """Sum rank + 1 over the world (gloo) and gather each rank's GROUP_RANK (its agent's node rank)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        total = torch.tensor([rank + 1.0])
+        dist.all_reduce(total)
+        groups: list = [None] * dist.get_world_size()
+        dist.all_gather_object(groups, int(os.environ.get("GROUP_RANK", "0")))
+    finally:
+        dist.destroy_process_group()
+    return {"allreduce": total.item(), "group_ranks": groups}
+
+
 def train(cfg: dict, out: Path, liger: bool) -> int:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -121,6 +139,8 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
         "objective": "fake",
         "provenance": {"hostname": os.uname().nodename, "gpu_names": [], "gpu_count": 0},
     }
+    if fake.get("allreduce"):
+        run.update(_allreduce(rank))
     if rank == 0:
         atomic_write_json(out / "run.json", run)
     if fake.get("spawn_child"):

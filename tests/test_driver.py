@@ -171,20 +171,7 @@ def test_commands_single_process_and_torchrun(tmp_path):
         "--standalone",
         "-m",
     ]
-    multi = load_config(sweep_file(tmp_path, cells, name="m.yaml", nodes=2, rdzv_endpoint="node0:29400"))
-    cmd = driver.train_command(multi, plan(multi)[0], Path("r"), None)
-    assert cmd[3:13] == [
-        "--nproc-per-node",
-        "1",
-        "--nnodes",
-        "2",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "node0:29400",
-        "--rdzv-id",
-        plan(multi)[0].run_id,
-    ]
+    # multi-node commands: tests/test_multinode.py
 
 
 def test_dry_run_prints_plan_and_writes_nothing(tmp_path, fakes, capsys):

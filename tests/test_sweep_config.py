@@ -27,6 +27,13 @@ def write_sweep(tmp: Path, doc: dict, name: str = "sweep.yaml") -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _no_rendezvous_env(monkeypatch):
+    """A machine's MASTER_ADDR / BENCH_RDZV_ENDPOINT would fill a missing rdzv_endpoint."""
+    for var in ("BENCH_RDZV_ENDPOINT", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+
+
 @pytest.fixture
 def base(tmp_path) -> dict:
     off = write_train(
