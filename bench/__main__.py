@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench sweep|capacity|report|compare|detect``.
+"""Command line: ``python -m bench sweep|capacity|report|compare|kernels|detect``.
 
 Bad input prints ``error: <one line>`` to stderr and exits 2, without a traceback.
 """
@@ -60,6 +60,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", help="second CSV")
     p.add_argument("--out", help="directory for the comparison's table and plots")
 
+    p = sub.add_parser(
+        "kernels",
+        help="time the modules the Liger arms swap (RMSNorm, SwiGLU MLP), stock vs Liger, at each cell's shapes",
+    )
+    p.add_argument("config", help="sweep config YAML (e.g. configs/h200.yaml)")
+    p.add_argument("--out", help="output directory (default: the config's `out` + '-kernels')")
+    p.add_argument(
+        "--cell", action="append", metavar="CELL_ID", help="only this cell (repeatable; default: every cell)"
+    )
+    p.add_argument(
+        "--sweep-dir",
+        help="the sweep's output directory, whose summary.csv gives the measured Δ (default: the config's `out`)",
+    )
+    p.add_argument("--reps", type=int, default=50, help="timed repetitions per module (default 50)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed repetitions first (default 10)")
+
     sub.add_parser("detect", help="print the sweep config for this machine's hardware")
     return parser
 
@@ -94,6 +110,18 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(result, str):
                 print(result)
             return 0
+        if args.command == "kernels":
+            from bench.kernels import run_kernels
+
+            return run_kernels(
+                args.config,
+                out=args.out,
+                cells=args.cell,
+                sweep_dir=args.sweep_dir,
+                reps=args.reps,
+                warmup=args.warmup,
+                argv=sys.argv[2:] if argv is None else argv[1:],
+            )
         if args.command == "detect":
             from bench.hardware import main_detect
 

@@ -1,0 +1,973 @@
+"""Kernel attribution: ``python -m bench kernels CONFIG [--out DIR] [--cell CELL_ID] ...``.
+
+For every cell of a sweep config, at that cell's training shapes, times forward + backward of
+each module the Liger arms swap in the DFlash draft (specforge/draft.py), stock and Liger:
+transformers' ``Qwen3RMSNorm`` vs Liger's RMSNorm, and ``Qwen3MLP`` vs Liger's SwiGLU MLP, the
+Liger classes obtained the way the trainer obtains them (``specforge.liger.liger_patch``, then
+built through ``modeling_qwen3`` like draft.py does). Beside each time: its spread, the peak
+memory it allocates, its bytes and FLOPs by formula (bench/roofline.py), the device's measured
+limits and the fraction of the roofline it reaches, and what the timings predict for one
+training step, set beside the sweep's measured end-to-end Δ when the sweep has run.
+
+Tokens the draft sees per micro-batch (from DFlashDraft.forward and Trainer.micro_step):
+``anchors`` is always padded to ``training.num_anchors`` = N blocks per sample (padded blocks are
+computed, then masked), so with batch b, sequence length S and block size B
+
+    block tokens   b * N * B         queries: every layer's two RMSNorms, q_norm, the MLP, the final norm
+    context tokens b * S             fc + hidden_norm over the target's hidden states
+    key/value      b * (S + N * B)   k_proj / v_proj / k_norm over the context and the block tokens
+
+docs/kernels.md says how to run it and how to read the result.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench import roofline
+from bench.fileio import atomic_write_text
+from bench.sweep_config import ARM_OPTIONS, Cell, SweepConfig, SweepError, format_set_value, load_config
+
+OUTPUTS = ("kernels.csv", "kernels.png", "kernels.md")
+KINDS = {"rmsnorm": "RMSNorm", "swiglu": "SwiGLU MLP"}
+IMPLS = ("stock", "liger")
+MIB = 2**20
+# Device limits: a copy of COPY_BYTES into another buffer (read + write counted) and an n x n x n
+# GEMM in the cells' dtype. Large enough on a GPU to run at the device's rate (the copy is ~20x
+# an H200's L2); small on the CPU, where the numbers are a smoke test of the pipeline.
+COPY_BYTES = {"cuda": 2**30, "cpu": 64 * MIB}
+GEMM_N = {"cuda": 8192, "cpu": 1024}
+LIMIT_REPS = {"cuda": (3, 10), "cpu": (1, 5)}  # (warm-up, timed) repetitions
+# The flush buffer: twice the L2, and at least 512 MiB, which also covers the 256 MB Infinity
+# Cache (last-level cache) of an MI300X / MI355X.
+MIN_FLUSH_BYTES = 512 * MIB
+MAX_REPS = 100_000
+
+KERNEL_COLUMNS = [
+    "cell_id", "profile", "mode", "batch_size", "seq_len", "num_anchors", "block_size",
+    "accumulation_steps", "dtype", "device", "module", "kind", "impl", "module_class", "draft_modules",
+    "input_shape", "rows", "dim", "intermediate_size", "per_micro_batch", "micro_batches_per_step",
+    "status", "reason", "reps", "warmup", "time_median_ms", "time_p20_ms", "time_p80_ms",
+    "peak_mem_delta_mib", "bytes", "flops", "intensity_flop_per_byte", "bound", "achieved_gb_per_s",
+    "achieved_tflops", "roofline_ms", "roofline_fraction", "saving_per_call_ms", "saving_per_step_ms",
+    "copy_gb_per_s", "matmul_tflops", "timer", "device_name", "torch_version", "transformers_version",
+    "liger_version", "git_commit",
+]  # fmt: skip
+
+
+# ---------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True)
+class DraftShapes:
+    """What one micro-batch of a cell feeds the draft (per rank)."""
+
+    batch: int
+    seq_len: int
+    num_anchors: int
+    block_size: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layers: int
+    eps: float
+
+    @property
+    def block_tokens(self) -> int:
+        """b * N * B: the noise blocks, the queries of every layer."""
+        return self.batch * self.num_anchors * self.block_size
+
+    @property
+    def context_tokens(self) -> int:
+        """b * S: the target's hidden states, projected by fc and normed by hidden_norm."""
+        return self.batch * self.seq_len
+
+    @property
+    def kv_tokens(self) -> int:
+        """b * (S + N * B): keys and values are the context and the block tokens."""
+        return self.batch * (self.seq_len + self.num_anchors * self.block_size)
+
+
+def draft_shapes(arch: Any, batch: int, seq_len: int, num_anchors: int) -> DraftShapes:
+    """The shapes of a cell from its profile's draft architecture (specforge.config.DraftArch)."""
+    return DraftShapes(
+        batch=batch,
+        seq_len=seq_len,
+        num_anchors=num_anchors,
+        block_size=arch.block_size,
+        hidden=arch.hidden_size,
+        intermediate=arch.intermediate_size,
+        heads=arch.num_attention_heads,
+        kv_heads=arch.num_key_value_heads,
+        head_dim=arch.head_dim,
+        layers=arch.num_hidden_layers,
+        eps=arch.rms_norm_eps,
+    )
+
+
+@dataclass(frozen=True)
+class Site:
+    """One shape at which the draft calls a swappable module, and how often per micro-batch."""
+
+    name: str
+    kind: str  # rmsnorm | swiglu
+    shape: tuple[int, ...]  # the module's input
+    per_micro_batch: int
+    draft_modules: str
+
+    @property
+    def dim(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.shape[:-1])
+
+
+def module_sites(s: DraftShapes) -> list[Site]:
+    """Every RMSNorm and MLP call of DFlashDraft.forward, grouped by input shape."""
+    b, n, ctx = s.batch, s.num_anchors * s.block_size, s.seq_len
+    return [
+        Site(
+            "rmsnorm_block",
+            "rmsnorm",
+            (b, n, s.hidden),
+            2 * s.layers + 1,
+            "input_layernorm + post_attention_layernorm per layer, final norm",
+        ),
+        Site("rmsnorm_context", "rmsnorm", (b, ctx, s.hidden), 1, "hidden_norm (after fc)"),
+        Site("rmsnorm_q", "rmsnorm", (b, n, s.heads, s.head_dim), s.layers, "self_attn.q_norm per layer"),
+        Site(
+            "rmsnorm_k",
+            "rmsnorm",
+            (b, ctx + n, s.kv_heads, s.head_dim),
+            s.layers,
+            "self_attn.k_norm per layer",
+        ),
+        Site("swiglu_mlp", "swiglu", (b, n, s.hidden), s.layers, "mlp per layer"),
+    ]
+
+
+def site_cost(site: Site, shapes: DraftShapes, elem_bytes: int) -> tuple[int, int]:
+    """(FLOPs, bytes) of one forward + backward at a site (formulas: bench/roofline.py)."""
+    if site.kind == "rmsnorm":
+        return roofline.rmsnorm_flops(site.rows, site.dim), roofline.rmsnorm_bytes(
+            site.rows, site.dim, elem_bytes
+        )
+    return (
+        roofline.mlp_flops(site.rows, shapes.hidden, shapes.intermediate),
+        roofline.mlp_bytes(site.rows, shapes.hidden, shapes.intermediate, elem_bytes),
+    )
+
+
+LIGER_KEYS = {"model.liger_rms_norm", "model.liger_swiglu"}
+
+
+def swapped_kinds(arm: str) -> tuple[str, ...]:
+    """Which module kinds an arm replaces by Liger's and nothing else (from ARM_OPTIONS: its liger
+    flag and the keys it sets). An arm that changes more than the Liger kernels (liger_compile also
+    compiles the layers) gets (): its Δ is not the swapped modules' alone, so no prediction."""
+    opts = ARM_OPTIONS[arm]
+    if not opts["liger"] or set(opts["set"]) - LIGER_KEYS:
+        return ()
+    kinds = []
+    if opts["set"].get("model.liger_rms_norm", True):
+        kinds.append("rmsnorm")
+    if opts["set"].get("model.liger_swiglu", True):
+        kinds.append("swiglu")
+    return tuple(kinds)
+
+
+LIGER_ARMS = tuple(a for a in ARM_OPTIONS if swapped_kinds(a))
+
+
+# ---------------------------------------------------------------- cells
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    cell: Cell
+    profile: str
+    mode: str
+    shapes: DraftShapes
+    micro_batches: int  # training.accumulation_steps
+    dtype: str
+    device: str  # cuda | cpu
+    arch: Any  # specforge.config.DraftArch
+    max_positions: int
+
+
+def plan_cell(cfg: SweepConfig, cell: Cell, device_type: str) -> CellPlan:
+    """The cell's training config as its runs see it (the driver's --set keys and the cell's `set`),
+    validated by the trainer's own config loader; SweepError with one line on bad input."""
+    from specforge.config import ConfigError
+    from specforge.config import load_config as load_train_config
+
+    sets = {"data.seq_len": cell.seq_len, "training.batch_size": cell.batch_size, **cell.overrides}
+    where = f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id})"
+    try:
+        train, profile = load_train_config(
+            cell.train_config, [f"{k}={format_set_value(v)}" for k, v in sets.items()]
+        )
+    except ConfigError as e:
+        raise SweepError(f"{where}: {e}") from None
+    want = train.training.device
+    if want == "cuda" and device_type != "cuda":
+        raise SweepError(f"{where}: training.device: cuda requested but no CUDA or ROCm GPU is visible")
+    device = "cpu" if want == "cpu" else device_type
+    tr = train.training
+    return CellPlan(
+        cell=cell,
+        profile=profile.name,
+        mode=train.mode,
+        shapes=draft_shapes(profile.draft, tr.batch_size, train.data.seq_len, tr.num_anchors),
+        micro_batches=tr.accumulation_steps,
+        dtype=train.model.dtype,
+        device=device,
+        arch=profile.draft,
+        max_positions=train.data.seq_len + profile.draft.block_size + 1,  # as the trainer builds it
+    )
+
+
+# ---------------------------------------------------------------- timing
+
+
+def quantiles_ms(times_s: list[float]) -> tuple[float, float, float]:
+    """(median, p20, p80) in milliseconds."""
+    p20, p50, p80 = np.percentile(np.asarray(times_s, dtype=float) * 1e3, [20, 50, 80])
+    return float(p50), float(p20), float(p80)
+
+
+class Timer:
+    """Times a callable: CUDA events on a GPU (the L2 flushed before every rep by writing a
+    buffer larger than it), time.perf_counter on the CPU (torch's CPU ops are synchronous)."""
+
+    def __init__(self, device: str):
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.flush_bytes = 0
+        self._flush = None
+        if self.cuda:
+            l2 = int(getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
+            self.flush_bytes = max(MIN_FLUSH_BYTES, 2 * l2)
+            self._flush = torch.empty(self.flush_bytes, dtype=torch.uint8, device=self.device)
+
+    @property
+    def name(self) -> str:
+        if self.cuda:
+            return f"CUDA events, L2 flushed between reps ({self.flush_bytes // MIB} MiB written)"
+        return "time.perf_counter (CPU)"
+
+    def time(
+        self, prep: Callable[[], Any], run: Callable[[Any], Any], reps: int, warmup: int, flush: bool = True
+    ) -> list[float]:
+        """Seconds per rep of ``run(prep())``; ``prep`` (untimed) sets up each rep's inputs."""
+        torch = self.torch
+        for _ in range(warmup):
+            run(prep())
+        if not self.cuda:
+            times = []
+            for _ in range(reps):
+                arg = prep()
+                t0 = time.perf_counter()
+                run(arg)
+                times.append(time.perf_counter() - t0)
+            return times
+        torch.cuda.synchronize(self.device)
+        events = []
+        for _ in range(reps):
+            arg = prep()
+            if flush:
+                self._flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run(arg)
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize(self.device)
+        return [s.elapsed_time(e) / 1e3 for s, e in events]
+
+    def peak_bytes(self, prep: Callable[[], Any], run: Callable[[Any], Any]) -> float | None:
+        """Bytes one ``run`` allocates at its peak above what was allocated before it (None on the CPU)."""
+        if not self.cuda:
+            return None
+        torch = self.torch
+        arg = prep()
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        base = torch.cuda.memory_allocated(self.device)
+        run(arg)
+        torch.cuda.synchronize(self.device)
+        return float(torch.cuda.max_memory_allocated(self.device) - base)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The device's measured limits for one dtype."""
+
+    device: str
+    dtype: str
+    copy_bytes_per_s: float  # (read + write) bytes / s of a large copy
+    copy_buffer_bytes: int
+    matmul_flops_per_s: float  # of an n x n x n GEMM in ``dtype``
+    gemm_n: int
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte above which a kernel is compute-bound."""
+        return self.matmul_flops_per_s / self.copy_bytes_per_s
+
+
+def _copy_seconds(timer: Timer, n_bytes: int, reps: int, warmup: int) -> list[float]:
+    src = timer.torch.ones(n_bytes, dtype=timer.torch.uint8, device=timer.device)
+    dst = timer.torch.empty_like(src)
+    return timer.time(lambda: None, lambda _: dst.copy_(src), reps, warmup, flush=False)
+
+
+def _gemm_seconds(timer: Timer, n: int, dtype: str, reps: int, warmup: int) -> list[float]:
+    torch = timer.torch
+    gen = torch.Generator(device=timer.device).manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen, device=timer.device, dtype=getattr(torch, dtype)) for _ in "ab")
+    return timer.time(lambda: None, lambda _: torch.mm(a, b), reps, warmup, flush=False)
+
+
+def measure_limits(timer: Timer, dtype: str) -> Limits:
+    """Copy bandwidth from a large device-to-device copy and the matmul rate from a large GEMM,
+    both medians over repetitions (no flush: each is far larger than the caches it could hit)."""
+    kind = timer.device.type
+    warmup, reps = LIMIT_REPS[kind]
+    n_copy, n = COPY_BYTES[kind], GEMM_N[kind]
+    copy_s = _copy_seconds(timer, n_copy, reps, warmup)
+    gemm_s = _gemm_seconds(timer, n, dtype, reps, warmup)
+    return Limits(
+        device=kind,
+        dtype=dtype,
+        copy_bytes_per_s=2 * n_copy / float(np.median(copy_s)),
+        copy_buffer_bytes=n_copy,
+        matmul_flops_per_s=2 * n**3 / float(np.median(gemm_s)),
+        gemm_n=n,
+    )
+
+
+# ---------------------------------------------------------------- modules
+
+
+def build_module(plan: CellPlan, site: Site, liger: bool):
+    """The module a draft layer builds at this site, stock or under the trainer's Liger patch
+    (specforge.liger.liger_patch; draft.py resolves the classes through ``modeling_qwen3``).
+    Raises specforge's ConfigError when Liger cannot be patched in (missing, too old, two Tritons)."""
+    import torch
+    from transformers.models.qwen3 import modeling_qwen3
+
+    from specforge.draft import qwen3_config, rms_norm
+    from specforge.liger import liger_patch
+
+    config = qwen3_config(plan.arch, plan.max_positions)
+    with liger_patch(liger, "draft"), torch.device(plan.device):
+        if site.kind == "rmsnorm":
+            module = rms_norm(site.dim, plan.shapes.eps)
+        else:
+            module = modeling_qwen3.Qwen3MLP(config)
+    return module.to(getattr(torch, plan.dtype))
+
+
+def liger_class_names() -> dict[str, str]:
+    """{kind: class name} the Liger patch puts in place (building them needs no GPU); {} when
+    liger-kernel cannot be patched in here."""
+    from transformers.models.qwen3 import modeling_qwen3
+
+    from specforge.config import ConfigError
+    from specforge.liger import liger_patch
+
+    try:
+        with liger_patch(True, "draft"):
+            return {
+                "rmsnorm": modeling_qwen3.Qwen3RMSNorm.__name__,
+                "swiglu": modeling_qwen3.Qwen3MLP.__name__,
+            }
+    except ConfigError:
+        return {}
+
+
+def _fwd_bwd(module, shape: tuple[int, ...], dtype: str, device: str):
+    """(prep, run) for one forward + backward as in training: parameter and input gradients
+    start empty every rep (the trainer sets them to None after each micro-batch)."""
+    import torch
+
+    tdtype = getattr(torch, dtype)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(shape, generator=gen, device=device, dtype=tdtype).requires_grad_(True)
+    dy = torch.randn(shape, generator=gen, device=device, dtype=tdtype)
+    params = list(module.parameters())
+
+    def prep():
+        x.grad = None
+        for p in params:
+            p.grad = None
+        return dy.clone()  # Liger's RMSNorm backward writes dx into its dy (in_place=True)
+
+    def run(grad):
+        module(x).backward(grad)
+
+    return prep, run
+
+
+def _measure_module(
+    plan: CellPlan, site: Site, liger: bool, timer: Timer, reps: int, warmup: int
+) -> tuple[str, list[float], float | None]:
+    """(class name, seconds per rep, peak bytes or None) of one module's forward + backward; its
+    tensors are freed on return."""
+    module = build_module(plan, site, liger)
+    prep, run = _fwd_bwd(module, site.shape, plan.dtype, plan.device)
+    times = timer.time(prep, run, reps, warmup)
+    return type(module).__name__, times, timer.peak_bytes(prep, run)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".strip().rstrip(":")[:240]
+
+
+def liger_unavailable(device: str) -> str | None:
+    """Why Liger's modules cannot run on this cell's device, or None (the sweep's skip reasons)."""
+    from bench.driver import NO_GPU, liger_skip_reason
+
+    if device == "cpu":
+        import torch
+
+        if torch.cuda.is_available():
+            return "Liger's Triton kernels need a CUDA or ROCm GPU; this cell runs on the CPU (training.device: cpu)"
+        return NO_GPU
+    return liger_skip_reason()
+
+
+def _versions() -> dict[str, str | None]:
+    out = {}
+    for key, dist in (("torch_version", "torch"), ("transformers_version", "transformers")):
+        try:
+            out[key] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[key] = None
+    from specforge.liger import liger_version
+
+    out["liger_version"] = liger_version()
+    return out
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.processor() or platform.machine()})"
+
+
+def measure_cell(
+    plan: CellPlan, timer: Timer, limits: Limits, reps: int, warmup: int, common: dict, log=print
+) -> list[dict]:
+    """One row per site x implementation: times, memory, bytes, FLOPs, roofline, predicted saving."""
+    import torch
+
+    s = plan.shapes
+    elem = roofline.dtype_bytes(plan.dtype)
+    skip = liger_unavailable(plan.device)
+    liger_names = liger_class_names() if skip else {}
+    rows: list[dict] = []
+    for site in module_sites(s):
+        flops, nbytes = site_cost(site, s, elem)
+        stock_median = math.nan
+        for impl in IMPLS:
+            row = {
+                **common,
+                "cell_id": plan.cell.cell_id,
+                "profile": plan.profile,
+                "mode": plan.mode,
+                "batch_size": s.batch,
+                "seq_len": s.seq_len,
+                "num_anchors": s.num_anchors,
+                "block_size": s.block_size,
+                "accumulation_steps": plan.micro_batches,
+                "dtype": plan.dtype,
+                "device": plan.device,
+                "module": site.name,
+                "kind": site.kind,
+                "impl": impl,
+                "draft_modules": site.draft_modules,
+                "input_shape": "x".join(map(str, site.shape)),
+                "rows": site.rows,
+                "dim": site.dim,
+                "intermediate_size": s.intermediate if site.kind == "swiglu" else None,
+                "per_micro_batch": site.per_micro_batch,
+                "micro_batches_per_step": plan.micro_batches,
+                "reps": reps,
+                "warmup": warmup,
+                "bytes": nbytes,
+                "flops": flops,
+                "copy_gb_per_s": limits.copy_bytes_per_s / 1e9,
+                "matmul_tflops": limits.matmul_flops_per_s / 1e12,
+                "timer": timer.name,
+            }
+            bound = roofline.roofline(flops, nbytes, None, limits.copy_bytes_per_s, limits.matmul_flops_per_s)
+            row.update(
+                intensity_flop_per_byte=bound.intensity,
+                bound=bound.bound,
+                roofline_ms=bound.floor_s * 1e3,
+            )
+            if impl == "liger" and skip:
+                row.update(status="skipped", reason=skip, module_class=liger_names.get(site.kind))
+                rows.append(row)
+                log(f"  {site.name:<16} {impl:<5} skipped: {skip}")
+                continue
+            try:
+                cls, times, peak = _measure_module(plan, site, impl == "liger", timer, reps, warmup)
+            except Exception as e:  # noqa: BLE001 - recorded (an OOM, a Liger that cannot patch or compile)
+                from specforge.config import ConfigError
+
+                row.update(status="skipped" if isinstance(e, ConfigError) else "error", reason=_short(e))
+                rows.append(row)
+                log(f"  {site.name:<16} {impl:<5} {row['status']}: {row['reason']}")
+                continue
+            finally:
+                if plan.device == "cuda":
+                    torch.cuda.empty_cache()
+            row["module_class"] = cls
+            median, p20, p80 = quantiles_ms(times)
+            rl = roofline.roofline(
+                flops, nbytes, median / 1e3, limits.copy_bytes_per_s, limits.matmul_flops_per_s
+            )
+            row.update(
+                status="ok",
+                time_median_ms=median,
+                time_p20_ms=p20,
+                time_p80_ms=p80,
+                peak_mem_delta_mib=None if peak is None else peak / MIB,
+                achieved_gb_per_s=rl.achieved_bytes_per_s / 1e9,
+                achieved_tflops=rl.achieved_flops_per_s / 1e12,
+                roofline_fraction=rl.fraction,
+            )
+            if impl == "stock":
+                stock_median = median
+            elif math.isfinite(stock_median):
+                row["saving_per_call_ms"] = stock_median - median
+                row["saving_per_step_ms"] = roofline.step_saving_s(
+                    stock_median, median, site.per_micro_batch, plan.micro_batches
+                )
+            rows.append(row)
+            log(
+                f"  {site.name:<16} {impl:<5} {median:.4g} ms [{p20:.4g}, {p80:.4g}]  "
+                f"{rl.bound}-bound, {rl.fraction:.0%} of the roofline"
+            )
+    return rows
+
+
+# ---------------------------------------------------------------- predicted vs measured
+
+
+def read_summary(sweep_dir: Path) -> pd.DataFrame | None:
+    path = sweep_dir / "summary.csv"
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _num(x: Any) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def _summary_row(summary: pd.DataFrame | None, cell_id: str, arm: str) -> dict:
+    """The summary.csv row of (cell, arm) as a dict, {} when the sweep has none."""
+    if summary is None or not {"cell_id", "arm"} <= set(summary.columns):
+        return {}
+    hit = summary[(summary["cell_id"] == cell_id) & (summary["arm"] == arm)]
+    return hit.iloc[0].to_dict() if len(hit) else {}
+
+
+def predictions(rows: pd.DataFrame, cell_id: str, summary: pd.DataFrame | None) -> list[dict]:
+    """Per Liger arm: the step-time saving the module timings predict (the saving per step of every
+    swapped site, summed), beside the sweep's measured Δ for the cell where summary.csv has it."""
+    cell = rows[(rows["cell_id"] == cell_id) & (rows["impl"] == "liger")]
+    base_step = _num(_summary_row(summary, cell_id, "baseline").get("s_per_step_median"))
+    out = []
+    for arm in LIGER_ARMS:
+        kinds = swapped_kinds(arm)
+        swapped = cell[cell["kind"].isin(kinds)]
+        complete = len(swapped) > 0 and (swapped["status"] == "ok").all()
+        saving_s = float(swapped["saving_per_step_ms"].sum()) / 1e3 if complete else math.nan
+        m = _summary_row(summary, cell_id, arm)
+        out.append(
+            {
+                "arm": arm,
+                "swaps": " + ".join(KINDS[k] for k in kinds),
+                "predicted_saving_ms": saving_s * 1e3,
+                "baseline_s_per_step": base_step,
+                "predicted_delta_samples_per_s_pct": roofline.samples_per_s_delta_pct(base_step, saving_s),
+                "measured_saving_ms": (base_step - _num(m.get("s_per_step_median"))) * 1e3,
+                "measured_delta_samples_per_s_pct": _num(m.get("delta_samples_per_s_pct")),
+                "measured_ci95_low": _num(m.get("delta_samples_per_s_pct_ci95_low")),
+                "measured_ci95_high": _num(m.get("delta_samples_per_s_pct_ci95_high")),
+                "not_predicted": "" if complete else _why_not(swapped),
+                "in_sweep": bool(m),
+            }
+        )
+    return out
+
+
+def _why_not(swapped: pd.DataFrame) -> str:
+    bad = swapped[swapped["status"] != "ok"]
+    reasons = list(dict.fromkeys(str(r) for r in bad.get("reason", pd.Series(dtype=object)).dropna()))
+    return "; ".join(reasons) or "no timed Liger module"
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def _f(x: Any, spec: str) -> str:
+    v = _num(x)
+    return "—" if math.isnan(v) else format(v, spec)
+
+
+def _pct(x: Any) -> str:
+    v = _num(x)
+    return "—" if math.isnan(v) else f"{v:.0%}"
+
+
+def _md(x: Any) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], body: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in body),
+    ]
+
+
+def render_markdown(
+    cfg: SweepConfig,
+    plans: list[CellPlan],
+    rows: pd.DataFrame,
+    limits: dict[tuple[str, str], Limits],
+    timer_name: str,
+    meta: dict,
+    sweep_dir: Path,
+    summary: pd.DataFrame | None,
+) -> str:
+    lines = [f"## Kernel attribution: {cfg.name}", ""]
+    lines += [
+        f"`{meta['command']}` on {meta['device_name']}, torch {meta.get('torch_version')}, transformers "
+        f"{meta.get('transformers_version')}, liger-kernel {meta.get('liger_version') or 'not installed'}, "
+        f"commit {meta.get('git_commit') or 'unknown'}, {meta['date']}.",
+        "",
+        f"Each rep is one forward + backward of one module at the cell's training shape, with fresh "
+        f"gradients; {meta['reps']} reps after {meta['warmup']} warm-up reps, timed with {timer_name}. "
+        "Times are medians with [p20, p80]. Bytes and FLOPs are by formula (compulsory traffic, the "
+        "same for both implementations; docs/kernels.md), so GB/s and TFLOP/s are effective rates.",
+        "",
+        "Device limits, measured by this command:",
+        "",
+    ]
+    for lim in limits.values():
+        lines.append(
+            f"- {lim.device}, {lim.dtype}: copy {lim.copy_bytes_per_s / 1e9:.4g} GB/s (a "
+            f"{lim.copy_buffer_bytes // MIB} MiB copy, read + write counted); matmul "
+            f"{lim.matmul_flops_per_s / 1e12:.4g} TFLOP/s ({lim.gemm_n}³ GEMM); ridge point "
+            f"{lim.ridge:.3g} FLOP/byte (below it a kernel is memory-bound)."
+        )
+    lines.append("")
+    if summary is None:
+        lines += [f"No sweep results at {sweep_dir / 'summary.csv'}: the measured columns are empty.", ""]
+    for plan in plans:
+        s, cid = plan.shapes, plan.cell.cell_id
+        c = rows[rows["cell_id"] == cid]
+        lines += [f"### {cid}", ""]
+        lines += [
+            f"{plan.profile}, {plan.mode}; batch b = {s.batch}, S = {s.seq_len}, N = {s.num_anchors} anchors, "
+            f"block B = {s.block_size}; H = {s.hidden}, I = {s.intermediate}, {s.layers} layers, "
+            f"{s.heads} / {s.kv_heads} heads of {s.head_dim}; {plan.dtype} on {plan.device}; "
+            f"{plan.micro_batches} micro-batches per optimizer step.",
+            "",
+            f"Tokens per micro-batch: block b·N·B = {s.block_tokens}, context b·S = {s.context_tokens}, "
+            f"keys/values b·(S + N·B) = {s.kv_tokens}.",
+            "",
+        ]
+        body = []
+        for r in c.itertuples():
+            t = (
+                f"{_f(r.time_median_ms, '.4g')} [{_f(r.time_p20_ms, '.4g')}, {_f(r.time_p80_ms, '.4g')}]"
+                if r.status == "ok"
+                else f"{r.status}: {_md(r.reason)}"
+            )
+            body.append(
+                [
+                    r.module,
+                    _md(r.module_class),
+                    str(r.per_micro_batch),
+                    r.input_shape,
+                    t,
+                    _f(r.peak_mem_delta_mib, ".4g"),
+                    _f(r.achieved_gb_per_s, ".4g"),
+                    _f(r.achieved_tflops, ".3g"),
+                    f"{r.bound} ({_f(r.intensity_flop_per_byte, '.3g')} FLOP/B)",
+                    _pct(r.roofline_fraction),
+                    _f(r.saving_per_step_ms, "+.4g"),
+                ]
+            )
+        lines += _table(
+            [
+                "module",
+                "class",
+                "calls / µbatch",
+                "input shape",
+                "fwd+bwd ms [p20, p80]",
+                "peak mem MiB",
+                "GB/s",
+                "TFLOP/s",
+                "bound (intensity)",
+                "of roofline",
+                "saving / step ms",
+            ],
+            body,
+        )
+        lines += ["", "Predicted (sum of the swapped modules' savings per step) vs measured (the sweep):", ""]
+        pred_rows = []
+        for p in predictions(rows, cid, summary):
+            note = f"not predicted: {p['not_predicted']}" if p["not_predicted"] else ""
+            measured = (
+                f"{_f(p['measured_delta_samples_per_s_pct'], '+.1f')}% "
+                f"[{_f(p['measured_ci95_low'], '+.1f')}, {_f(p['measured_ci95_high'], '+.1f')}]"
+                if p["in_sweep"]
+                else "not in the sweep"
+            )
+            pred_rows.append(
+                [
+                    p["arm"],
+                    p["swaps"],
+                    _f(p["predicted_saving_ms"], "+.4g"),
+                    _f(p["predicted_delta_samples_per_s_pct"], "+.1f"),
+                    _f(p["baseline_s_per_step"] * 1e3, ".4g"),
+                    _f(p["measured_saving_ms"], "+.4g"),
+                    measured,
+                    _md(note),
+                ]
+            )
+        lines += _table(
+            [
+                "arm",
+                "swaps",
+                "predicted saving ms/step",
+                "predicted Δ samples/s %",
+                "baseline ms/step",
+                "measured saving ms/step",
+                "measured Δ samples/s % (95% CI)",
+                "note",
+            ],
+            pred_rows,
+        )
+        lines.append("")
+    lines += [
+        "Saving / step = (stock − Liger median) × calls per micro-batch × micro-batches per step. An "
+        "end-to-end Δ can differ from the sum: other kernels, overlap, the allocator and launch overheads "
+        "change with the arm too (docs/kernels.md).",
+        "",
+        "![kernels](kernels.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_kernels(rows: pd.DataFrame, plans: list[CellPlan], path: Path) -> Path:
+    """Per cell: fwd+bwd time per module (log scale), stock vs Liger, p20-p80 error bars, the
+    fraction of the roofline above each bar; skipped or failed bars say so."""
+    from matplotlib.ticker import FuncFormatter
+
+    from bench.plots import _grid, _save
+
+    colors = {"stock": "tab:blue", "liger": "tab:orange"}
+    fig, axes = _grid(
+        len(plans), "Forward + backward per module call (median, p20-p80; label: % of roofline)"
+    )
+    for ax, plan in zip(axes, plans):
+        c = rows[rows["cell_id"] == plan.cell.cell_id]
+        sites = list(dict.fromkeys(c["module"]))
+        width = 0.38
+        timed = c[c["status"] == "ok"]["time_median_ms"].astype(float)
+        floor = float(timed.min()) if len(timed) else 1.0
+        for k, impl in enumerate(IMPLS):
+            d = c[c["impl"] == impl].set_index("module").reindex(sites)
+            x = np.arange(len(sites)) + (k - 0.5) * width
+            med = d["time_median_ms"].astype(float).to_numpy()
+            lo = np.nan_to_num(med - d["time_p20_ms"].astype(float).to_numpy())
+            hi = np.nan_to_num(d["time_p80_ms"].astype(float).to_numpy() - med)
+            has = ~np.isnan(med)
+            ax.bar(
+                x[has],
+                med[has],
+                width,
+                yerr=[lo[has], hi[has]],
+                capsize=3,
+                color=colors[impl],
+                label=impl,
+            )
+            for xi, (_, r) in zip(x, d.iterrows()):
+                if r["status"] == "ok":
+                    text, y = _pct(r["roofline_fraction"]), float(r["time_p80_ms"])
+                else:
+                    text, y = str(r["status"]), floor
+                ax.text(
+                    xi,
+                    y,
+                    text,
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    rotation=90 if r["status"] != "ok" else 0,
+                )
+        bounds = c.drop_duplicates("module").set_index("module")["bound"].reindex(sites)
+        counts = c.drop_duplicates("module").set_index("module")["per_micro_batch"].reindex(sites)
+        ax.set_xticks(
+            np.arange(len(sites)),
+            [f"{m.replace('_', chr(10), 1)}\n×{int(n)}, {b}" for m, n, b in zip(sites, counts, bounds)],
+            fontsize=7,
+        )
+        ax.set_yscale("log")
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_ylabel("ms per call (log)")
+        ax.set_title(f"{plan.cell.cell_id} ({plan.dtype}, {plan.device})", fontsize=9)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def write_csv(rows: pd.DataFrame, path: Path) -> Path:
+    from bench.report import write_csv as _write
+
+    return _write(rows.reindex(columns=KERNEL_COLUMNS), path)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def select_cells(cfg: SweepConfig, wanted: list[str] | None) -> list[Cell]:
+    if not wanted:
+        return list(cfg.cells)
+    known = [c.cell_id for c in cfg.cells]
+    for cid in wanted:
+        if cid not in known:
+            raise SweepError(f"--cell {cid}: no such cell in {cfg.path} (cells: {', '.join(known)})")
+    return [c for c in cfg.cells if c.cell_id in wanted]
+
+
+def _check_machine(cfg: SweepConfig) -> None:
+    from bench.hardware import check_hardware
+
+    try:
+        problem = check_hardware(list(cfg.hardware), config=str(cfg.path))
+    except ValueError as e:  # HardwareError: an unknown hardware name, a bad BENCH_HARDWARE
+        raise SweepError(str(e)) from None
+    if problem:
+        raise SweepError(problem)
+
+
+def run_kernels(
+    config: str | Path,
+    out: str | Path | None = None,
+    cells: list[str] | None = None,
+    sweep_dir: str | Path | None = None,
+    reps: int = 50,
+    warmup: int = 10,
+    argv: list[str] | None = None,
+) -> int:
+    """The ``kernels`` command; SweepError (one line, exit 2) on bad input, before anything is written."""
+    from bench.sweepdir import check_out_path, git_commit
+
+    if not 3 <= reps <= MAX_REPS:
+        raise SweepError(f"--reps: expected 3 to {MAX_REPS} (p20/p80 need a few), got {reps}")
+    if not 0 <= warmup <= MAX_REPS:
+        raise SweepError(f"--warmup: expected 0 to {MAX_REPS}, got {warmup}")
+    cfg = load_config(config)
+    if cfg.trainer_module != "specforge":
+        raise SweepError(
+            f"{cfg.path}: trainer_module: kernels times specforge's draft modules; "
+            f"{cfg.trainer_module!r} is not supported"
+        )
+    chosen = select_cells(cfg, cells)
+    out_dir = Path(out) if out is not None else Path(f"{cfg.out.rstrip('/')}-kernels")
+    check_out_path(out_dir)
+    sweep_path = Path(sweep_dir) if sweep_dir is not None else Path(cfg.out)
+    _check_machine(cfg)
+    import torch
+
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    plans = [plan_cell(cfg, c, device_type) for c in chosen]
+
+    meta = {
+        "command": "python -m bench kernels " + " ".join(argv if argv is not None else [str(config)]),
+        "device_name": ", ".join(dict.fromkeys(device_name(p.device) for p in plans)),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "reps": reps,
+        "warmup": warmup,
+        "git_commit": git_commit(),
+        **_versions(),
+    }
+    timers: dict[str, Timer] = {}
+    limits: dict[tuple[str, str], Limits] = {}
+    all_rows: list[dict] = []
+    for plan in plans:
+        timer = timers.get(plan.device) or timers.setdefault(plan.device, Timer(plan.device))
+        key = (plan.device, plan.dtype)
+        if key not in limits:
+            print(f"measuring {plan.device} limits ({plan.dtype}) ...", flush=True)
+            limits[key] = measure_limits(timer, plan.dtype)
+            lim = limits[key]
+            print(
+                f"  copy {lim.copy_bytes_per_s / 1e9:.4g} GB/s, matmul {lim.matmul_flops_per_s / 1e12:.4g} TFLOP/s",
+                flush=True,
+            )
+        print(f"{plan.cell.cell_id}: {plan.dtype} on {plan.device}", flush=True)
+        common = {
+            "device_name": device_name(plan.device),
+            **{k: meta[k] for k in ("torch_version", "transformers_version", "liger_version", "git_commit")},
+        }
+        all_rows += measure_cell(
+            plan,
+            timer,
+            limits[key],
+            reps,
+            warmup,
+            common,
+            log=lambda line: print(line, flush=True),
+        )
+    rows = pd.DataFrame(all_rows).reindex(columns=KERNEL_COLUMNS)
+    summary = read_summary(sweep_path)
+    timer_names = "; ".join(t.name for t in timers.values())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out_dir / "kernels.csv")
+    plot_kernels(rows, plans, out_dir / "kernels.png")
+    text = render_markdown(cfg, plans, rows, limits, timer_names, meta, sweep_path, summary)
+    atomic_write_text(out_dir / "kernels.md", text)
+    print(f"wrote {', '.join(str(out_dir / n) for n in OUTPUTS)}")
+    return 0
