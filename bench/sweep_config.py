@@ -472,12 +472,23 @@ def plan(cfg: SweepConfig) -> list[Run]:
 
 
 def diff_resolved(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two resolved configs (``out`` is ignored)."""
+    """Dotted keys whose values differ between two resolved configs (``out`` is ignored). A
+    key the old config lacks because it was added to the schema later counts as its
+    default, so a sweep started by an older version resumes unless the key was changed."""
     keys: list[str] = []
+    schema = (
+        TOP_KEYS
+        if not prefix
+        else CELL_KEYS
+        if prefix.startswith("cells[") and prefix.count(".") == 1
+        else {}
+    )
     for key in sorted(set(old) | set(new), key=str):
         if not prefix and key == "out":
             continue
         a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
+        if key not in old and key in schema and schema[key][1] is not REQUIRED:
+            a = copy.deepcopy(schema[key][1])
         name = f"{prefix}{key}"
         if isinstance(a, dict) and isinstance(b, dict):
             keys += diff_resolved(a, b, f"{name}.")

@@ -227,6 +227,10 @@ def test_diff_resolved_names_keys(tmp_path, base):
     changed = base | {"steps": 12, "cells": [base["cells"][0] | {"batch_size": [4]}, base["cells"][1]]}
     b = load_config(write_sweep(tmp_path, changed)).resolved
     assert diff_resolved(a, b) == ["cells[0].batch_size", "steps"]
+    # a key added to the schema after a sweep started: its default is no difference, another value is
+    older = {k: v for k, v in a.items() if k != "fork_server"}
+    assert diff_resolved(older, a) == []
+    assert diff_resolved(older, a | {"fork_server": False}) == ["fork_server"]
     assert diff_resolved(a, a | {"out": "elsewhere"}) == []
 
 
