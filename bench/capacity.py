@@ -17,6 +17,7 @@ The next value depends only on the outcomes so far, so a killed search resumes w
 
 from __future__ import annotations
 
+import functools
 import shlex
 import sys
 import time
@@ -94,7 +95,7 @@ def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
 
     skip = driver.liger_skip_reason() if any(ARM_OPTIONS[a]["liger"] for a in cfg.arms) else None
     compile_dir = driver.compile_cache_dir(out_dir, info) if cfg.compile_cache else None
-    driver.start_fork_server(cfg, out_dir, compile_dir, info)
+    server = functools.cache(lambda: driver.start_fork_server(cfg, out_dir, compile_dir, info))
     progress = console.Progress(total=0, done=0)
     caches: dict[str, str | None] = {}  # offline caches prepared (or verified) once, shared by probes
     order = 0
@@ -113,6 +114,7 @@ def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
                             history[value] = "skipped"
                             continue
                         caches = driver._prepare_caches(cfg, out_dir, [run], known=caches)
+                        server()  # before the first probe that launches, not on a finished search
                         progress.grow(progress.bar.total + 1)
                         progress.start(run)
                         t0 = time.monotonic()

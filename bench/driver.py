@@ -14,6 +14,7 @@ at any moment reaches the same decision and redoes only the run in flight.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -222,7 +223,7 @@ def start_fork_server(cfg: SweepConfig, out_dir: Path, compile_dir: Path | None,
 def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> int:
     skip = liger_skip_reason() if any(r.liger for r in pilot) else None
     compile_dir = compile_cache_dir(out_dir, info) if cfg.compile_cache else None
-    start_fork_server(cfg, out_dir, compile_dir, info)
+    server = functools.cache(lambda: start_fork_server(cfg, out_dir, compile_dir, info))  # once, when needed
     runs = pilot
     try:
         todo = [r for r in pilot if not is_finished(run_dir(out_dir, r))]
@@ -231,12 +232,12 @@ def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> i
         caches = _prepare_caches(cfg, out_dir, [r for r in todo if not (r.liger and skip)])
         progress = console.Progress(total=len(pilot), done=len(pilot) - len(todo))
         try:
-            _run_pending(cfg, pilot, out_dir, skip, caches, compile_dir, progress)
+            _run_pending(cfg, pilot, out_dir, skip, caches, compile_dir, progress, server)
             if any(c.precision for c in cfg.cells):
                 runs = _extend_by_precision(cfg, out_dir, progress)
                 more = [r for r in runs if not (r.liger and skip)]
                 caches.update(_prepare_caches(cfg, out_dir, more, known=caches))
-                _run_pending(cfg, runs, out_dir, skip, caches, compile_dir, progress)
+                _run_pending(cfg, runs, out_dir, skip, caches, compile_dir, progress, server)
         finally:
             progress.close()
     except KeyboardInterrupt:
@@ -253,10 +254,14 @@ def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> i
     return rc
 
 
-def _run_pending(cfg, runs, out_dir, skip, caches, compile_dir, progress: console.Progress) -> None:
+def _run_pending(cfg, runs, out_dir, skip, caches, compile_dir, progress: console.Progress, server) -> None:
+    """Run the unfinished runs in order; ``server()`` starts the fork server before the first
+    run that launches (a resumed sweep with nothing left to run never starts it)."""
     for run in runs:
         if is_finished(run_dir(out_dir, run)):
             continue
+        if not (run.liger and skip):
+            server()
         progress.start(run)
         t0 = time.monotonic()
         line = execute_run(cfg, run, out_dir, skip, caches, progress.ticker(run, out_dir), compile_dir)

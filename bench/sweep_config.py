@@ -204,8 +204,11 @@ class SweepConfig:
         """What the fork server imports: the trainer's training module (its heavy imports);
         Liger's, so that both arms fork from the same process image (the baseline never
         patches); TorchInductor's compiler, which step 1 would otherwise import in every run
-        (1.6 s on a CPU here; it starts no compile workers on import)."""
+        (1.6 s on a CPU here; it starts no compile workers on import). A CPU sweep skips the
+        last two: it neither runs Liger nor compiles."""
         if self.trainer_module == "specforge":
+            if self.runs_on_cpu:
+                return ["specforge.train"]
             return ["specforge.train", "liger_kernel.transformers", "torch._inductor.compile_fx"]
         return [self.trainer_module]
 

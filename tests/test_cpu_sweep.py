@@ -1,5 +1,7 @@
 """`make bench` on a machine without a GPU: the real CPU sweep, end to end."""
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -39,6 +41,9 @@ def test_cpu_sweep_writes_every_result(sweep):
     assert "| " + " | ".join(MAIN_TABLE_HEADER) + " |" in report
     assert "Liger's Triton kernels need a CUDA or ROCm GPU" in report
     assert "skipped" in r.stdout + r.stderr
+    assert "fork server ready" in r.stdout  # the baseline runs forked from the warm server
+    launches = [json.loads(p.read_text()) for p in (out / "runs").glob("*baseline*/launch.json")]
+    assert len(launches) == 4 and all(rec["start"] == "fork-server" for rec in launches)
 
 
 def test_finished_sweep_is_kept(sweep):
@@ -50,4 +55,5 @@ def test_finished_sweep_is_kept(sweep):
     )
     resumed = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out), "--resume")
     assert resumed.returncode == 0 and "8 of 8 runs already finished" in resumed.stdout
+    assert "fork server ready" not in resumed.stdout  # nothing left to run: no server started
     assert (out / "runs.csv").read_text() == before
