@@ -409,8 +409,6 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         seen[cell.cell_id] = cell.entry
 
     resolved = {**top, "cells": resolved_cells}
-    if top["launcher"] is None:  # absent, as in sweeps made before the key existed: they still resume
-        del resolved["launcher"]
     return SweepConfig(
         path=path,
         name=top["name"],
