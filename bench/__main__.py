@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reps", type=int, default=50, help="timed repetitions per module (default 50)")
     p.add_argument("--warmup", type=int, default=10, help="untimed repetitions first (default 10)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also train each cell once per arm (baseline, Liger arms) with its last two steps under "
+        "torch.profiler, and split a step's time into kernel buckets (kernel_buckets.csv/.png)",
+    )
 
     sub.add_parser("detect", help="print the sweep config for this machine's hardware")
     return parser
@@ -120,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 sweep_dir=args.sweep_dir,
                 reps=args.reps,
                 warmup=args.warmup,
+                profile=args.profile,
                 argv=sys.argv[2:] if argv is None else argv[1:],
             )
         if args.command == "detect":

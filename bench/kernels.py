@@ -863,9 +863,13 @@ def plot_kernels(rows: pd.DataFrame, plans: list[CellPlan], path: Path) -> Path:
 
 
 def write_csv(rows: pd.DataFrame, path: Path) -> Path:
+    return write_csv_plain(rows.reindex(columns=KERNEL_COLUMNS), path)
+
+
+def write_csv_plain(df: pd.DataFrame, path: Path) -> Path:
     from bench.report import write_csv as _write
 
-    return _write(rows.reindex(columns=KERNEL_COLUMNS), path)
+    return _write(df, path)
 
 
 # ---------------------------------------------------------------- the command
@@ -900,8 +904,9 @@ def run_kernels(
     reps: int = 50,
     warmup: int = 10,
     argv: list[str] | None = None,
+    profile: bool = False,
 ) -> int:
-    """The ``kernels`` command; SweepError (one line, exit 2) on bad input, before anything is written."""
+    """The ``kernels`` command (``profile``: also the per-arm profiler buckets, bench/kernel_buckets.py); SweepError (one line, exit 2) on bad input, before anything is written."""
     from bench.sweepdir import check_out_path, git_commit
 
     if not 3 <= reps <= MAX_REPS:
@@ -968,6 +973,17 @@ def run_kernels(
     write_csv(rows, out_dir / "kernels.csv")
     plot_kernels(rows, plans, out_dir / "kernels.png")
     text = render_markdown(cfg, plans, rows, limits, timer_names, meta, sweep_path, summary)
+    written = list(OUTPUTS)
+    if profile:
+        from bench import kernel_buckets
+
+        print("profiling a training step per cell and arm ...", flush=True)
+        records = kernel_buckets.run_profiles(cfg, plans, out_dir, log=lambda line: print(line, flush=True))
+        buckets = kernel_buckets.bucket_rows(records)
+        write_csv_plain(buckets, out_dir / "kernel_buckets.csv")
+        kernel_buckets.plot_buckets(buckets, out_dir / "kernel_buckets.png")
+        text += "\n" + kernel_buckets.render_markdown(buckets, records)
+        written += list(kernel_buckets.OUTPUTS)
     atomic_write_text(out_dir / "kernels.md", text)
-    print(f"wrote {', '.join(str(out_dir / n) for n in OUTPUTS)}")
+    print(f"wrote {', '.join(str(out_dir / n) for n in written)}")
     return 0

@@ -130,6 +130,8 @@ class TrainingConfig:
     fused_adamw: bool = True  # on a GPU, torch's fused AdamW kernel; false: foreach (the CPU: always foreach)
     peak_tflops: float | None = None  # per device, for MFU; None = from the device name
     log_every: int = 1
+    # 1-based steps to run under torch.profiler (profile.json); [] = none. Not for timing.
+    profile_steps: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -291,6 +293,7 @@ MAX_SAMPLES = 100_000_000
 MAX_WORKERS = 256
 MAX_SEED = 2**32 - 1
 MAX_LR = 10.0
+MAX_PROFILE_STEPS = 4  # a profile of a few steady steps is enough; each one is slow and its trace large
 
 
 def _validate_profile(p: Profile, path: Path) -> None:
@@ -367,6 +370,7 @@ def validate(cfg: TrainConfig) -> None:
             "model.use_liger_kernel: liger_rms_norm and liger_swiglu are both false, so nothing would be "
             "patched; enable one, or leave use_liger_kernel false for the baseline"
         )
+    _validate_profile_steps(tr)
     if tr.peak_tflops is not None and tr.peak_tflops <= 0:
         raise ConfigError(f"training.peak_tflops: must be positive, got {tr.peak_tflops}")
     if data.seq_len < 4:
@@ -375,6 +379,23 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError("data.path: required when data.source is jsonl")
     if cfg.target.init == "pretrained" and not cfg.target.path:
         raise ConfigError("target.path: required when target.init is pretrained")
+
+
+def _validate_profile_steps(tr: TrainingConfig) -> None:
+    steps = tr.profile_steps
+    if len(steps) > MAX_PROFILE_STEPS:
+        raise ConfigError(
+            f"training.profile_steps: at most {MAX_PROFILE_STEPS} steps (two steady steps are enough), "
+            f"got {len(steps)}"
+        )
+    if len(set(steps)) != len(steps):
+        raise ConfigError(f"training.profile_steps: a step is listed twice in {steps}")
+    for s in steps:
+        if not 1 <= s <= tr.steps:
+            raise ConfigError(
+                f"training.profile_steps: step {s} is not a step of the run (1-based, 1 to training.steps "
+                f"= {tr.steps})"
+            )
 
 
 def _need_path(key: str, value: str, kind: Literal["file", "dir"]) -> None:

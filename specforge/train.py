@@ -26,12 +26,12 @@ import torch
 import torch.distributed as dist
 
 from . import data as data_mod
-from . import flops, objective, provenance
+from . import flops, objective, profiling, provenance
 from . import target as target_mod
 from .config import ConfigError, Profile, TrainConfig
 from .draft import DFlashDraft
 from .liger import liger_patch, liger_version
-from .runfiles import RunFiles
+from .runfiles import RunFiles, write_json_atomic
 
 GIB = 2**30
 EXIT_OOM = 3
@@ -384,6 +384,7 @@ def _train(
     )
     samples = tr.batch_size * tr.accumulation_steps * env.world
     flops_sum, flops_n = 0.0, 0
+    profile_events: list[tuple[str, float]] = []  # (kernel or op name, µs) of training.profile_steps
     for step in range(tr.steps):
         trainer.sync()
         t0 = time.perf_counter()
@@ -395,21 +396,25 @@ def _train(
         losses, accs = [], []
         counts = torch.zeros(3, dtype=torch.float64, device=env.device)
         first = _FirstStep(trainer.sync, t0) if step == 0 else None  # where step 1's time goes
-        for micro in range(tr.accumulation_steps):
-            batch = next(trainer.loader)
+        profiled = step + 1 in tr.profile_steps
+        with profiling.profiler(env.device.type) if profiled else contextlib.nullcontext() as prof:
+            for micro in range(tr.accumulation_steps):
+                batch = next(trainer.loader)
+                if first:
+                    first.mark("first_batch_s")
+                loss, acc, c = trainer.micro_step(batch, step * tr.accumulation_steps + micro)
+                losses.append(loss)
+                accs.append(acc)
+                counts += c
+                if first and micro == 0:
+                    first.mark("first_micro_step_s")  # forward + backward, compiling on a cold cache
             if first:
-                first.mark("first_batch_s")
-            loss, acc, c = trainer.micro_step(batch, step * tr.accumulation_steps + micro)
-            losses.append(loss)
-            accs.append(acc)
-            counts += c
-            if first and micro == 0:
-                first.mark("first_micro_step_s")  # forward + backward, compiling on a cold cache
-        if first:
-            first.mark("other_micro_steps_s")
-        grad_norm = trainer.optimizer_step(step)
-        trainer.sync()
-        dt = time.perf_counter() - t0
+                first.mark("other_micro_steps_s")
+            grad_norm = trainer.optimizer_step(step)
+            trainer.sync()
+        dt = time.perf_counter() - t0  # a profiled step's includes the profiler's overhead and teardown
+        if profiled:
+            profile_events += profiling.events(prof, env.device.type)
         if first:  # step 1's phases, and what it spent compiling (TorchDynamo/Inductor), best effort
             first.mark("optimizer_s")
             startup.update(first_step_s=round(dt, 2), first_step=first.phases, compile_s=_compile_times())
@@ -436,6 +441,8 @@ def _train(
             "mfu": step_flops / dt / (peak * 1e12 * env.world) if peak else None,
             "elapsed_s": round(time.time() - started, 3),  # process start -> end of this step
         }
+        if profiled:  # only then: an unprofiled run's rows are exactly as before
+            row["profiled"] = True
         files.step(row)
         if (step + 1) % tr.log_every == 0 or step + 1 == tr.steps:
             mfu = f" | mfu {row['mfu'] * 100:.1f}%" if row["mfu"] is not None else ""
@@ -445,5 +452,22 @@ def _train(
                 f"{dt:.3f} s/step | {row['samples_per_s']:.2f} samples/s{mem}{mfu}",
                 flush=True,
             )
+    if tr.profile_steps:
+        _write_profile(files, cfg, env, profile_events)
     files.finish("ok", None, model_flops_per_step=flops_sum / max(1, flops_n))
     return 0
+
+
+def _write_profile(files: RunFiles, cfg: TrainConfig, env: Env, events: list[tuple[str, float]]) -> None:
+    """profile.json (rank 0): the profiled steps' time per bucket and the top kernels or ops."""
+    gpu = env.device.type == "cuda"
+    record = profiling.summarize(
+        events,
+        sorted(cfg.training.profile_steps),
+        "cuda" if gpu else "cpu",
+        profiling.GPU_TIME if gpu else profiling.CPU_TIME,
+    )
+    record["device_name"] = torch.cuda.get_device_name(env.device) if gpu else "cpu"
+    record["arm"] = "liger" if cfg.model.use_liger_kernel else "baseline"
+    if files.enabled:
+        write_json_atomic(files.dir / "profile.json", record)

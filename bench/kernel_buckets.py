@@ -1,0 +1,222 @@
+"""``python -m bench kernels CONFIG --profile``: where a training step's time goes, per arm.
+
+For each cell, the trainer runs once per arm (the baseline and each Liger arm of
+bench.kernels.LIGER_ARMS) with the cell's exact arguments (bench.driver.train_command), for
+``warmup_steps + 2`` steps, the last two under torch.profiler (``training.profile_steps``). Each
+run writes ``profile.json`` (specforge/profiling.py: time per bucket of kernel names); this
+module gathers them into ``kernel_buckets.csv``, ``kernel_buckets.png`` and a section of
+``kernels.md``. docs/kernels.md says how to read them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.sweep_config import Run, SweepConfig
+
+PROFILED_STEPS = 2
+BUCKET_COLUMNS = [
+    "cell_id", "arm", "bucket", "status", "reason", "device", "time_kind", "profiled_steps",
+    "device_ms_per_step", "share_pct", "delta_ms_vs_baseline", "delta_share_pct_vs_baseline",
+]  # fmt: skip
+OUTPUTS = ("kernel_buckets.csv", "kernel_buckets.png")
+
+
+def profile_arms() -> tuple[str, ...]:
+    from bench.kernels import LIGER_ARMS
+
+    return ("baseline", *LIGER_ARMS)
+
+
+def profile_steps(warmup_steps: int) -> tuple[int, list[int]]:
+    """(training.steps, training.profile_steps): the warm-up, then two steady steps, profiled."""
+    steps = warmup_steps + PROFILED_STEPS
+    return steps, list(range(warmup_steps + 1, steps + 1))
+
+
+def profile_argv(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
+    """The sweep's command for this run (bench.driver.train_command: the cell's --set values, the
+    arm's keys, the launcher), with the step count and the profiled steps set last."""
+    from bench.driver import train_command
+
+    argv = train_command(cfg, run, rdir, cache_dir)
+    assert argv[-2] == "--output-dir", argv
+    steps, profiled = profile_steps(run.cell.warmup_steps)
+    extra = ["--set", f"training.steps={steps}", "--set", f"training.profile_steps={profiled}"]
+    return [*argv[:-2], *extra, *argv[-2:]]
+
+
+def _skip_reason(cfg: SweepConfig, plan, arm: str) -> str | None:
+    from bench.kernels import liger_unavailable
+
+    if plan.cell.nodes > 1:
+        return "a multi-node cell: --profile runs single-node cells only"
+    if arm != "baseline":
+        return liger_unavailable(plan.device)
+    return None
+
+
+def run_profiles(cfg: SweepConfig, plans: list, out_dir: Path, log=print) -> list[dict]:
+    """Run the trainer per cell and arm under the profiler; one record per (cell, arm):
+    {cell_id, arm, status, reason, profile (profile.json or None)}."""
+    from bench.driver import _prepare_caches
+    from bench.launcher import exit_text, log_lines, run_process
+    from bench.sweepdir import cache_dir_for
+
+    root = out_dir / "profiles"
+    root.mkdir(parents=True, exist_ok=True)
+    records = []
+    for plan in plans:
+        cell = plan.cell
+        runs = [Run(f"{cell.cell_id}_{arm}", cell, arm, 1, i) for i, arm in enumerate(profile_arms())]
+        cache_error = None
+        if cell.mode == "offline" and cell.nodes == 1:
+            cache_error = _prepare_caches(cfg, root, runs[:1]).get(cell.cache_key())
+        for run in runs:
+            rec = {"cell_id": cell.cell_id, "arm": run.arm, "status": "ok", "reason": None, "profile": None}
+            records.append(rec)
+            skip = _skip_reason(cfg, plan, run.arm)
+            if skip or cache_error:
+                rec.update(status="skipped" if skip else "error", reason=skip or cache_error)
+                log(f"  profile {run.run_id}: {rec['status']}: {rec['reason']}")
+                continue
+            rdir = root / run.run_id
+            if rdir.exists():
+                shutil.rmtree(rdir)
+            rdir.mkdir(parents=True)
+            argv = profile_argv(cfg, run, rdir, cache_dir_for(root, cell))
+            log(f"  profile {run.run_id} ...")
+            t0 = time.monotonic()
+            rc, timed_out = run_process(argv, rdir / "stdout.log", rdir / "launch.json", cell.timeout_s)
+            path = rdir / "profile.json"
+            if rc == 0 and not timed_out and path.is_file():
+                rec["profile"] = json.loads(path.read_text())
+            else:
+                lines = log_lines(rdir / "stdout.log")
+                why = f"timed out after {cell.timeout_s:g} s" if timed_out else (lines[-1] if lines else "")
+                rec.update(status="error", reason=f"{why or exit_text(rc)} (log: {rdir / 'stdout.log'})")
+            log(
+                f"    {rec['status']} ({time.monotonic() - t0:.0f} s){': ' + rec['reason'] if rec['reason'] else ''}"
+            )
+    return records
+
+
+def bucket_rows(records: list[dict]) -> pd.DataFrame:
+    """kernel_buckets.csv: one row per cell x arm x bucket; a skipped or failed arm: one row per
+    bucket with its status and reason and no times. Δ columns: arm minus the cell's baseline."""
+    from specforge.profiling import BUCKET_NAMES
+
+    rows = []
+    for rec in records:
+        prof = rec["profile"] or {}
+        by_bucket = {b["bucket"]: b for b in prof.get("buckets", [])}
+        for bucket in BUCKET_NAMES:
+            b = by_bucket.get(bucket, {})
+            rows.append(
+                {
+                    "cell_id": rec["cell_id"],
+                    "arm": rec["arm"],
+                    "bucket": bucket,
+                    "status": rec["status"],
+                    "reason": rec["reason"],
+                    "device": prof.get("device"),
+                    "time_kind": prof.get("time_kind"),
+                    "profiled_steps": " ".join(map(str, prof.get("steps", []))) or None,
+                    "device_ms_per_step": b.get("ms_per_step", math.nan),
+                    "share_pct": b.get("share_pct", math.nan),
+                }
+            )
+    df = pd.DataFrame(rows, columns=BUCKET_COLUMNS[:-2])
+    base = df[df["arm"] == "baseline"].set_index(["cell_id", "bucket"])
+    key = pd.MultiIndex.from_frame(df[["cell_id", "bucket"]])
+    df["delta_ms_vs_baseline"] = df["device_ms_per_step"].to_numpy() - base["device_ms_per_step"].reindex(
+        key
+    ).to_numpy(dtype=float)
+    df["delta_share_pct_vs_baseline"] = df["share_pct"].to_numpy() - base["share_pct"].reindex(key).to_numpy(
+        dtype=float
+    )
+    return df.reindex(columns=BUCKET_COLUMNS)
+
+
+def plot_buckets(df: pd.DataFrame, path: Path) -> Path:
+    """Per cell: one stacked bar per arm, device ms per step split into buckets; skipped arms say so."""
+    from bench.plots import _grid, _save
+    from specforge.profiling import BUCKET_NAMES
+
+    cells = list(dict.fromkeys(df["cell_id"]))
+    fig, axes = _grid(len(cells), "Time per profiled step by kernel bucket")
+    colors = {b: f"C{i}" for i, b in enumerate(BUCKET_NAMES)}
+    for ax, cid in zip(axes, cells):
+        c = df[df["cell_id"] == cid]
+        arms = list(dict.fromkeys(c["arm"]))
+        bottom = np.zeros(len(arms))
+        for bucket in BUCKET_NAMES:
+            v = c[c["bucket"] == bucket].set_index("arm")["device_ms_per_step"].reindex(arms).astype(float)
+            vals = np.nan_to_num(v.to_numpy())
+            ax.bar(np.arange(len(arms)), vals, bottom=bottom, color=colors[bucket], label=bucket)
+            bottom += vals
+        for i, arm in enumerate(arms):
+            status = c[c["arm"] == arm]["status"].iloc[0]
+            if status != "ok":
+                ax.text(i, 0, status, ha="center", va="bottom", rotation=90, fontsize=8, color="0.3")
+        kinds = c["time_kind"].dropna()
+        unit = "CPU op ms" if len(kinds) and str(kinds.iloc[0]).startswith("CPU") else "device ms"
+        ax.set_xticks(np.arange(len(arms)), arms, fontsize=8)
+        ax.set_ylabel(f"{unit} per step")
+        ax.set_title(cid, fontsize=9)
+        ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def render_markdown(df: pd.DataFrame, records: list[dict]) -> str:
+    """The kernels.md section: per cell, bucket x arm (ms per step and share), Δ vs the baseline."""
+    from bench.kernels import _f, _md, _table
+    from specforge.profiling import BUCKETS
+
+    lines = ["## Where a step's time goes (profiler, `--profile`)", ""]
+    kinds = sorted({str(k) for k in df["time_kind"].dropna()})
+    lines += [
+        "Each arm trained once with the cell's arguments for its warm-up steps plus two, the last two "
+        "under torch.profiler (`training.profile_steps`); times are per profiled step, "
+        f"{'; '.join(kinds) or 'no profile finished'}. Buckets come from kernel or op names "
+        "(first match wins, in this order: "
+        + "; ".join(f"{b} `{p}`" for b, p in BUCKETS)
+        + "; else other). Profiled steps are slower than unprofiled ones: compare arms by these "
+        "shares and differences, and take throughput from the sweep.",
+        "",
+    ]
+    for cid in dict.fromkeys(df["cell_id"]):
+        c = df[df["cell_id"] == cid]
+        arms = list(dict.fromkeys(c["arm"]))
+        lines += [f"### {cid}: per bucket, ms per step (share)", ""]
+        body = []
+        for bucket in dict.fromkeys(c["bucket"]):
+            r = c[c["bucket"] == bucket].set_index("arm")
+            cells = []
+            for arm in arms:
+                ms, share, d = (
+                    r.loc[arm, k] for k in ("device_ms_per_step", "share_pct", "delta_ms_vs_baseline")
+                )
+                if math.isnan(float(ms)):
+                    cells.append("—")
+                    continue
+                text = f"{_f(ms, '.4g')} ({_f(share, '.1f')}%)"
+                if arm != "baseline" and not math.isnan(float(d)):
+                    text += f" Δ {_f(d, '+.4g')}"
+                cells.append(text)
+            body.append([bucket, *cells])
+        totals = c.groupby("arm", sort=False)["device_ms_per_step"].sum(min_count=1).reindex(arms)
+        body.append(["**total**", *(_f(t, ".4g") for t in totals)])
+        lines += _table(["bucket", *arms], body)
+        bad = [r for r in records if r["cell_id"] == cid and r["status"] != "ok"]
+        lines += [""] + [f"- {r['arm']}: {r['status']}: {_md(r['reason'])}" for r in bad]
+        lines.append("")
+    lines += ["![kernel buckets](kernel_buckets.png)", ""]
+    return "\n".join(lines)
