@@ -69,6 +69,7 @@ DRIVER_KEYS = {
     "model.liger_swiglu": "use arms (rmsnorm, swiglu, liger)",
     "model.compile_layers": "use arms (compile, liger_compile)",
     "training.fused_adamw": "use arms (adamw_foreach)",
+    "training.profile_steps": "profiled steps are not for timing; use python -m bench kernels --profile",
 }
 # The precision target (Stein's two-stage rule, bench/stats.py): keys, defaults and bounds.
 PRECISION_KEYS = ("ci_halfwidth_pct", "min_pairs", "max_pairs")

@@ -183,6 +183,11 @@ def _bad(base: dict, tmp: Path) -> list[tuple[str, dict, str]]:
             "arms: sdpa on cells[0], whose attention is sdpa already",
         ),
         (
+            "profiling in a sweep",
+            base | {"cells": [cell | {"set": {"training.profile_steps": "[3, 4]"}}]},
+            "profiled steps are not for timing",
+        ),
+        (
             "arm key in set",
             base | {"cells": [cell | {"set": {"training.fused_adamw": False}}]},
             "use arms (adamw_foreach)",
