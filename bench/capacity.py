@@ -95,8 +95,10 @@ def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
 
     skip = driver.liger_skip_reason() if any(ARM_OPTIONS[a]["liger"] for a in cfg.arms) else None
     compile_dir = driver.compile_cache_dir(out_dir, info) if cfg.compile_cache else None
-    server = functools.cache(lambda: driver.start_fork_server(cfg, out_dir, compile_dir, info))
     progress = console.Progress(total=0, done=0)
+    server = functools.cache(
+        lambda: driver.start_fork_server(cfg, out_dir, compile_dir, info, progress.write)
+    )
     caches: dict[str, str | None] = {}  # offline caches prepared (or verified) once, shared by probes
     order = 0
     try:

@@ -202,7 +202,9 @@ def run_sweep(
         os.close(lock)
 
 
-def start_fork_server(cfg: SweepConfig, out_dir: Path, compile_dir: Path | None, info: dict) -> None:
+def start_fork_server(
+    cfg: SweepConfig, out_dir: Path, compile_dir: Path | None, info: dict, say: Callable[[str], None] = print
+) -> None:
     """Start the warm fork server when any cell forks its runs (bench/forkstart.py); record
     in sweep.json what it imported and how long that took (paid once, not by each run)."""
     if not any(cfg.forks(c) for c in cfg.cells):
@@ -216,14 +218,13 @@ def start_fork_server(cfg: SweepConfig, out_dir: Path, compile_dir: Path | None,
         print(f"warning: fork server did not start ({e}); runs start as new interpreters", file=sys.stderr)
         return
     if ready_s:
-        print(f"fork server ready in {ready_s:.1f}s ({', '.join(cfg.preload)} imported once for all runs)")
+        say(f"fork server ready in {ready_s:.1f}s ({', '.join(cfg.preload)} imported once for all runs)")
         update_sweep_json(out_dir, fork_server={"preload": cfg.preload, "ready_s": round(ready_s, 2)})
 
 
 def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> int:
     skip = liger_skip_reason() if any(r.liger for r in pilot) else None
     compile_dir = compile_cache_dir(out_dir, info) if cfg.compile_cache else None
-    server = functools.cache(lambda: start_fork_server(cfg, out_dir, compile_dir, info))  # once, when needed
     runs = pilot
     try:
         todo = [r for r in pilot if not is_finished(run_dir(out_dir, r))]
@@ -231,6 +232,8 @@ def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> i
             print(f"{len(pilot) - len(todo)} of {len(pilot)} runs already finished in {out_dir}")
         caches = _prepare_caches(cfg, out_dir, [r for r in todo if not (r.liger and skip)])
         progress = console.Progress(total=len(pilot), done=len(pilot) - len(todo))
+        # the fork server starts once, before the first run that launches (printed above the bar)
+        server = functools.cache(lambda: start_fork_server(cfg, out_dir, compile_dir, info, progress.write))
         try:
             _run_pending(cfg, pilot, out_dir, skip, caches, compile_dir, progress, server)
             if any(c.precision for c in cfg.cells):
