@@ -177,7 +177,7 @@ def plot_buckets(df: pd.DataFrame, path: Path) -> Path:
 
 def render_markdown(df: pd.DataFrame, records: list[dict]) -> str:
     """The kernels.md section: per cell, bucket x arm (ms per step and share), Δ vs the baseline."""
-    from bench.kernels import _f, _md, _table
+    from bench.kernel_report import _f, _md, _table
     from specforge.profiling import BUCKETS
 
     lines = ["## Where a step's time goes (profiler, `--profile`)", ""]
