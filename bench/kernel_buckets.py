@@ -78,7 +78,9 @@ def run_profiles(cfg: SweepConfig, plans: list, out_dir: Path, log=print) -> lis
         runs = [Run(f"{cell.cell_id}_{arm}", cell, arm, 1, i) for i, arm in enumerate(profile_arms())]
         cache_error = None
         if cell.mode == "offline" and cell.nodes == 1:
-            cache_error = _prepare_caches(cfg, root, runs[:1]).get(cell.cache_key())
+            # The offline cache lives beside the profiles (out_dir/cache), as in a sweep directory,
+            # so a cache directory linked in from a sweep of the same cells is reused.
+            cache_error = _prepare_caches(cfg, out_dir, runs[:1]).get(cell.cache_key())
         for run in runs:
             rec = {"cell_id": cell.cell_id, "arm": run.arm, "status": "ok", "reason": None, "profile": None}
             records.append(rec)
@@ -91,7 +93,7 @@ def run_profiles(cfg: SweepConfig, plans: list, out_dir: Path, log=print) -> lis
             if rdir.exists():
                 shutil.rmtree(rdir)
             rdir.mkdir(parents=True)
-            argv = profile_argv(cfg, run, rdir, cache_dir_for(root, cell))
+            argv = profile_argv(cfg, run, rdir, cache_dir_for(out_dir, cell))
             log(f"  profile {run.run_id} ...")
             t0 = time.monotonic()
             rc, timed_out = run_process(argv, rdir / "stdout.log", rdir / "launch.json", cell.timeout_s)

@@ -10,7 +10,10 @@
 #   capacity  `python -m bench capacity configs/h200-capacity.yaml` (shares h200's caches)
 #   capseq    `python -m bench capacity configs/h200-capacity-seq.yaml` (sequence axis)
 #   arms      configs/h200-arms.yaml (baseline, rmsnorm, swiglu, liger; shares h200's caches)
+#   options   configs/h200-options.yaml (baseline, liger, liger_compile, sdpa, adamw_foreach)
+#   kernels   `python -m bench kernels configs/h200.yaml --profile` (both cells; Δ from h200)
 #   scaling   configs/h200x2-scaling.yaml (1 and 2 GPUs: the nvidia-h200-x2 machine)
+#   twonode   configs/h200x2-2node.yaml (two 1-GPU "nodes" on localhost: the x2 machine)
 #   x8        configs/h200x8.yaml (1, 2, 4, 8 GPUs: an 8-GPU machine)
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
 # A stage stops cleanly at the deadline (SIGINT: the run in flight is dropped and redone on
@@ -29,7 +32,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-noise h200-capacity h200-capacity-seq h200-arms h200x2-scaling h200x8"
+DIRS="h200 h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -61,6 +64,9 @@ for stage in $stages; do
     capacity) run_stage h200-capacity python3 -m bench capacity configs/h200-capacity.yaml --out $W/h200-capacity --resume ;;
     capseq) run_stage h200-capacity-seq python3 -m bench capacity configs/h200-capacity-seq.yaml --out $W/h200-capacity-seq --resume ;;
     arms) run_stage h200-arms python3 -m bench sweep configs/h200-arms.yaml --out $W/h200-arms --resume ;;
+    options) run_stage h200-options python3 -m bench sweep configs/h200-options.yaml --out $W/h200-options --resume ;;
+    kernels) run_stage h200-kernels python3 -m bench kernels configs/h200.yaml --profile --reps 30 --out $W/h200-kernels --sweep-dir $W/h200 ;;
+    twonode) run_stage h200x2-2node python3 -m bench sweep configs/h200x2-2node.yaml --out $W/h200x2-2node --resume ;;
     scaling) run_stage h200x2-scaling python3 -m bench sweep configs/h200x2-scaling.yaml --out $W/h200x2-scaling --resume ;;
     x8) run_stage h200x8 python3 -m bench sweep configs/h200x8.yaml --out $W/h200x8 --resume ;;
     profile) run_stage profile bash -c profile ;;

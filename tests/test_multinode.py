@@ -125,6 +125,15 @@ def test_a_missing_node_and_a_killed_poller_are_named(tmp_path):
     assert "1 of 2 nodes wrote no vram_node_<node>.json" in merged["reason"]
 
 
+def test_local_nodes_gives_each_copy_its_node_id_and_its_own_gpus(tmp_path):
+    probe = "import os; print(os.environ['SLURM_NODEID'], os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    cmd = [sys.executable, "-m", "tests.local_nodes", "2", "--gpus-per-node", "2", sys.executable, "-c", probe]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert sorted(out.split("\n")[:2]) == ["0 0,1", "1 2,3"]
+    plain = subprocess.run([*LOCAL_NODES, sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
+    assert plain.returncode == 0 and "None" in plain.stdout  # without the option, nothing is hidden
+
+
 def test_node_index_from_the_environment_else_the_host_name(tmp_path, monkeypatch):
     env = {"NODE_RANK": "3", "SLURM_NODEID": "1", "BENCH_NODE_RANK": "2"}
     assert nodevram.node_label(env) == "2"
