@@ -87,7 +87,7 @@ SUMMARY_COLUMNS = [
 ]  # fmt: skip
 
 LOSS_PARITY_COLUMNS = [
-    "cell_id", "profile", "mode", "batch_size", "seq_len", "gpus", "arm", "repeat", "steps_compared",
+    "cell_id", "profile", "mode", "batch_size", "seq_len", "gpus", "nodes", "arm", "repeat", "steps_compared",
     "max_abs_delta", "max_abs_delta_step", "last_step", "last_step_abs_delta",
     "loss_last_baseline", "loss_last_arm", "tolerance", "criterion", "passed",
 ]  # fmt: skip
@@ -586,6 +586,7 @@ def _parity_row(base: RunRecord, other: RunRecord, default_tolerance: float) -> 
     return {
         "cell_id": base.cell_id,
         **{c: base.cell.get(c) for c in ("profile", "mode", "batch_size", "seq_len", "gpus")},
+        "nodes": base.cell.get("nodes") or 1,  # cells recorded before multi-node have no key
         "arm": other.arm,
         "repeat": base.repeat,
         "steps_compared": len(j),

@@ -34,6 +34,7 @@ from bench.sweepdir import is_finished, run_dir
 CAPACITY_COLUMNS = [
     "series", "profile", "mode", "axis", "arm", "largest_fit", "first_oom", "probes", "stopped_by",
     "peak_vram_gib_at_largest", "samples_per_s_at_largest", "card_total_gib", "fit_ratio_vs_baseline",
+    "fit_ratio_bound",
 ]  # fmt: skip
 
 
@@ -137,7 +138,8 @@ def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
 def capacity_table(runs: pd.DataFrame, sweep: dict, vram: pd.DataFrame | None = None) -> pd.DataFrame:
     """capacity.csv from the probes in runs.csv: per series and arm, the largest value that fit,
     the first that did not, peak VRAM and samples/s at the largest, the card's size, and the
-    ratio of the arm's largest fit to the baseline's."""
+    ratio of the arm's largest fit to the baseline's: exact (to the granularity) when both searches
+    found an OOM, a bound when one reached the search's max, none when both did."""
     cap = (sweep.get("config") or {}).get("capacity")
     if not cap or runs.empty:
         return pd.DataFrame(columns=CAPACITY_COLUMNS)
@@ -171,8 +173,17 @@ def capacity_table(runs: pd.DataFrame, sweep: dict, vram: pd.DataFrame | None = 
             }
         )  # fmt: skip
     df = pd.DataFrame(rows).reindex(columns=CAPACITY_COLUMNS)
-    base = df[df["arm"] == "baseline"].set_index("series")["largest_fit"]
-    df["fit_ratio_vs_baseline"] = df["largest_fit"] / df["series"].map(base)
+    base = df[df["arm"] == "baseline"].set_index("series")
+    df["fit_ratio_vs_baseline"] = df["largest_fit"] / df["series"].map(base["largest_fit"])
+    # An arm that reached the search's max fits at least that much: its ratio is a bound.
+    arm_max = df["stopped_by"] == "max reached"
+    base_max = df["series"].map(base["stopped_by"]) == "max reached"
+    df["fit_ratio_bound"] = "exact"
+    df.loc[arm_max & ~base_max, "fit_ratio_bound"] = "at least"
+    df.loc[base_max & ~arm_max, "fit_ratio_bound"] = "at most"
+    df.loc[arm_max & base_max, "fit_ratio_bound"] = "unknown: both fit the max"
+    df.loc[arm_max & base_max, "fit_ratio_vs_baseline"] = float("nan")
+    df.loc[df["fit_ratio_vs_baseline"].isna() & ~(arm_max & base_max), "fit_ratio_bound"] = pd.NA
     return df
 
 

@@ -52,7 +52,7 @@ MAIN_TABLE_HEADER = [
     "torch peak alloc (GiB)", "loss @ last step", "Δ samples/s (95% CI)", "Δ peak VRAM (95% CI)", "verdict",
 ]  # fmt: skip
 PARITY_TABLE_HEADER = [
-    "profile", "mode", "batch", "seq", "arm", "repeat", "steps compared", "max |Δ loss| (step)",
+    "profile", "mode", "batch", "seq", "gpus", "arm", "repeat", "steps compared", "max |Δ loss| (step)",
     "|Δ loss| @ last step", "loss baseline", "loss arm", "tolerance", "result",
 ]  # fmt: skip
 PLOT_FILES = {
@@ -199,6 +199,19 @@ def scaling_section(scaling: pd.DataFrame) -> list[str]:
     return ["## Scaling", "", *_table(header, rows), "", note, ""]
 
 
+def _fit_ratio(r: Any) -> str:
+    """``1.67×``, ``≥ 2.00×`` / ``≤ 0.50×`` when one search reached its max, or why there is none."""
+    if r.arm == BASELINE_ARM:
+        return "—"
+    bound = getattr(r, "fit_ratio_bound", None)
+    if isinstance(bound, str) and bound.startswith("unknown"):
+        return "both fit the search's max"
+    if _isnan(r.fit_ratio_vs_baseline):
+        return "—"
+    sign = {"at least": "≥ ", "at most": "≤ "}.get(bound, "") if isinstance(bound, str) else ""
+    return f"{sign}{r.fit_ratio_vs_baseline:.2f}×"
+
+
 def capacity_section(capacity: pd.DataFrame) -> list[str]:
     """Per series and arm: the largest value that fit, the first that did not, and the ratio."""
     if not len(capacity):
@@ -207,7 +220,7 @@ def capacity_section(capacity: pd.DataFrame) -> list[str]:
         [
             _md(r.series), _md(r.arm), _int(r.largest_fit), _int(r.first_oom), _int(r.probes), _md(r.stopped_by),
             _f(r.peak_vram_gib_at_largest, ".2f"), _f(r.card_total_gib, ".1f"), _f(r.samples_per_s_at_largest, ".2f"),
-            "—" if r.arm == BASELINE_ARM or _isnan(r.fit_ratio_vs_baseline) else f"{r.fit_ratio_vs_baseline:.2f}×",
+            _fit_ratio(r),
         ]
         for r in capacity.itertuples()
     ]  # fmt: skip
@@ -251,8 +264,8 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
 def parity_table(parity: pd.DataFrame) -> list[str]:
     rows = [
         [
-            _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _md(r.arm), _int(r.repeat),
-            _int(r.steps_compared), f"{_f(r.max_abs_delta, '.2e')} ({_int(r.max_abs_delta_step)})",
+            _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _world(r.gpus, r.nodes), _md(r.arm),
+            _int(r.repeat), _int(r.steps_compared), f"{_f(r.max_abs_delta, '.2e')} ({_int(r.max_abs_delta_step)})",
             _f(r.last_step_abs_delta, ".2e"), _f(r.loss_last_baseline, ".4f"), _f(r.loss_last_arm, ".4f"),
             _f(r.tolerance, "g"),
             "pass" if r.passed else "FAIL",
@@ -273,7 +286,11 @@ def _provenance(sweep: dict, runs: pd.DataFrame) -> list[str]:
     if isinstance(command, list):
         command = shlex.join(str(c) for c in command)
     gpus = join_unique(src["gpu_name"])
-    gpu_text = f"{gpus} × {val('gpu_count')}" if gpus else "none (CPU)"
+    # The driver's machine (sweep.json), not what a run saw: a rank of a multi-node run, or a run
+    # given some of the cards, sees fewer than the machine has.
+    machine = (sweep.get("hardware") or {}).get("gpu_count")
+    count = f"{machine} on the driver's machine" if machine else val("gpu_count")
+    gpu_text = f"{gpus} × {count}" if gpus else "none (CPU)"
     return [
         f"- **Host:** {_md(val('hostname'))}",
         f"- **GPUs:** {_md(gpu_text)}; driver {_md(val('driver_version'))}",

@@ -300,6 +300,8 @@ def test_loss_parity_max_last_and_pass_fail(tmp_path):
     assert r0.tolerance == 0.01 and bool(r0.passed) and "last_step" in r0.criterion
     assert r1.steps_compared == 3 and r1.last_step == 3 and r1.last_step_abs_delta == pytest.approx(0.02)
     assert not bool(r1.passed)
+    # every row names its world size (a cell recorded before multi-node has no "nodes": 1)
+    assert parity[["gpus", "nodes"]].values.tolist() == [[1, 1], [1, 1]]
     gaps = loss_parity_gaps(records)
     assert gaps == [f"{CELL} repeat 2: no pair to compare (runs of arms: baseline)"]
 

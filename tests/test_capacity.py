@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench import capacity, driver
+from bench import capacity, driver, report
 from bench.__main__ import main
 from bench.fileio import read_json
 from bench.sweep_config import Capacity, SweepError, load_config
@@ -117,6 +117,31 @@ def test_capacity_table_ratio_and_one_arm_oom():
     assert table.loc["baseline", "largest_fit"] == 12 and table.loc["baseline", "first_oom"] == 16
     assert table.loc["liger", "largest_fit"] == 24 and table.loc["liger", "fit_ratio_vs_baseline"] == 2.0
     assert table.loc["liger", "peak_vram_gib_at_largest"] == 44.0
+    assert table.loc["liger", "fit_ratio_bound"] == "exact"
+
+
+@pytest.mark.parametrize(
+    ("base", "liger", "ratio", "bound", "shown"),
+    [
+        ([(8, "ok"), (16, "oom")], [(8, "ok"), (16, "ok")], 2.0, "at least", "≥ 2.00×"),  # liger hit max 16
+        ([(8, "ok"), (16, "ok")], [(8, "ok"), (16, "oom")], 0.5, "at most", "≤ 0.50×"),
+        ([(8, "ok"), (16, "ok")], [(8, "ok"), (16, "ok")], None, "unknown: both fit the max", "both fit"),
+    ],
+)
+def test_a_search_that_reached_its_max_gives_a_bound_not_a_ratio(base, liger, ratio, bound, shown):
+    rows = [("baseline", v, s) for v, s in base] + [("liger", v, s) for v, s in liger]
+    runs = pd.DataFrame(
+        [
+            {"run_id": f"p_offline_bs{v}_s64_{a}_r1", "profile": "p", "mode": "offline", "batch_size": v,
+             "seq_len": 64, "gpus": 1, "arm": a, "status": s, "reason": None, "peak_vram_gib": 9.0, "samples_per_s": 1.0}
+            for a, v, s in rows
+        ]
+    )  # fmt: skip
+    table = capacity.capacity_table(runs, {"config": {"capacity": {"axis": "batch_size"}}})
+    row = table.set_index("arm").loc["liger"]
+    assert row.fit_ratio_bound == bound
+    assert (pd.isna(row.fit_ratio_vs_baseline) and ratio is None) or row.fit_ratio_vs_baseline == ratio
+    assert shown in "\n".join(report.capacity_section(table))
 
 
 @pytest.mark.parametrize(

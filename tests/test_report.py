@@ -134,9 +134,24 @@ def test_report_md_reads_like_the_seeds(sweep):
     assert "speed: too few pairs (2): +25.0%, +25.0%; memory: too few pairs (2): -5.00 GiB, -5.00 GiB" in md
     assert SKIP_REASON in md and "hung \\| killed" in md  # reasons shown, pipes escaped
     assert "## Loss parity" in md and "pass" in md
+    # the loss-parity table, like the main one, names the world size of each row
+    assert "| profile | mode | batch | seq | gpus | arm | repeat | steps compared |" in md
     assert f"{CPU_CELL} repeat 0: liger has no losses (status skipped" in md
     for png in ("throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png"):
         assert f"]({png})" in md
+
+
+def test_provenance_counts_the_drivers_cards_not_what_a_rank_saw(sweep):
+    # a rank of a two-node run on one machine sees one card; the machine has two
+    info = json.loads((sweep / "sweep.json").read_text())
+    info["hardware"] = {"gpu_count": 2, "gpu_names": ["NVIDIA H200"] * 2}
+    (sweep / "sweep.json").write_text(json.dumps(info))
+    for run_json in (sweep / "runs").glob("*/run.json"):
+        run = json.loads(run_json.read_text())
+        run.setdefault("provenance", {})["gpu_count"] = 1
+        run_json.write_text(json.dumps(run))
+    build_report(sweep)
+    assert "NVIDIA H200 × 2 on the driver's machine" in (sweep / "report.md").read_text()
 
 
 def test_report_without_sweep_json_or_vram(tmp_path):
