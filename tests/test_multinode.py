@@ -127,10 +127,22 @@ def test_a_missing_node_and_a_killed_poller_are_named(tmp_path):
 
 def test_local_nodes_gives_each_copy_its_node_id_and_its_own_gpus(tmp_path):
     probe = "import os; print(os.environ['SLURM_NODEID'], os.environ.get('CUDA_VISIBLE_DEVICES'))"
-    cmd = [sys.executable, "-m", "tests.local_nodes", "2", "--gpus-per-node", "2", sys.executable, "-c", probe]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.local_nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        sys.executable,
+        "-c",
+        probe,
+    ]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert sorted(out.split("\n")[:2]) == ["0 0,1", "1 2,3"]
-    plain = subprocess.run([*LOCAL_NODES, sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
+    plain = subprocess.run(
+        [*LOCAL_NODES, sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True
+    )
     assert plain.returncode == 0 and "None" in plain.stdout  # without the option, nothing is hidden
 
 
