@@ -33,6 +33,7 @@ import yaml
 #   nopoll: the baseline with the VRAM poller off (what polling costs)
 #   rmsnorm / swiglu: one Liger kernel alone (which of the two buys the gain)
 #   compile / liger_compile: torch.compile of each draft layer, without / with Liger (GPU only)
+#   liger_flce: Liger, and Liger's fused linear cross-entropy for the LM head + loss (GPU only)
 #   sdpa: the baseline with SDPA attention instead of flex attention
 #   adamw_foreach: the baseline with foreach AdamW instead of the fused kernel (what fusing buys,
 #     with the sign flipped: the trainer's default is fused)
@@ -48,6 +49,12 @@ ARM_OPTIONS: dict[str, dict] = {
     "nopoll": {"liger": False, "poll_vram": False, "set": {}},
     "compile": {"liger": False, "poll_vram": True, "set": {"model.compile_layers": True}, "gpu": True},
     "liger_compile": {"liger": True, "poll_vram": True, "set": {"model.compile_layers": True}, "gpu": True},
+    "liger_flce": {
+        "liger": True,
+        "poll_vram": True,
+        "set": {"model.liger_fused_linear_ce": True},
+        "gpu": True,
+    },
     "sdpa": {"liger": False, "poll_vram": True, "set": {"model.attention_backend": "sdpa"}},
     "adamw_foreach": {"liger": False, "poll_vram": True, "set": {"training.fused_adamw": False}},
 }
@@ -68,6 +75,7 @@ DRIVER_KEYS = {
     "model.liger_rms_norm": "use arms (rmsnorm, swiglu, liger)",
     "model.liger_swiglu": "use arms (rmsnorm, swiglu, liger)",
     "model.compile_layers": "use arms (compile, liger_compile)",
+    "model.liger_fused_linear_ce": "use arms (liger_flce)",
     "training.fused_adamw": "use arms (adamw_foreach)",
     "training.profile_steps": "profiled steps are not for timing; use python -m bench kernels --profile",
 }

@@ -18,6 +18,7 @@ not torch's. On ROCm liger-kernel is installed with ``--no-deps`` (``make instal
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 from collections.abc import Iterator
 from importlib import metadata
@@ -115,16 +116,40 @@ def check_triton() -> None:
     )
 
 
-def _load_patch_fn():
+def _require_liger(key: str) -> str:
+    """The installed liger-kernel's version; ConfigError naming ``key`` when it is missing or old."""
     version = liger_version()
     if version is None:
-        raise ConfigError(f"model.use_liger_kernel: liger-kernel is not installed ({_install_hint()})")
+        raise ConfigError(f"{key}: liger-kernel is not installed ({_install_hint()})")
     if Version(version) < Version(MIN_LIGER_VERSION):
         raise ConfigError(
-            f"model.use_liger_kernel: liger-kernel {version} is too old, need >= {MIN_LIGER_VERSION} "
-            f"({_install_hint()})"
+            f"{key}: liger-kernel {version} is too old, need >= {MIN_LIGER_VERSION} ({_install_hint()})"
         )
     check_triton()
+    return version
+
+
+def fused_linear_ce_fn():
+    """Liger's functional fused linear cross-entropy (objective.liger_linear_ce's kernel), checked
+    up front: ConfigError when liger-kernel is missing, old, or its function lacks token accuracy."""
+    key = "model.liger_fused_linear_ce"
+    version = _require_liger(key)
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy as fn
+    except ImportError as e:
+        raise ConfigError(
+            f"{key}: cannot import liger_fused_linear_cross_entropy from liger-kernel {version} ({e})"
+        ) from None
+    if "return_token_accuracy" not in inspect.signature(fn).parameters:
+        raise ConfigError(
+            f"{key}: liger-kernel {version}'s liger_fused_linear_cross_entropy has no return_token_accuracy; "
+            f"upgrade liger-kernel ({_install_hint()})"
+        )
+    return fn
+
+
+def _load_patch_fn():
+    version = _require_liger("model.use_liger_kernel")
     try:
         from liger_kernel.transformers import apply_liger_kernel_to_qwen3
     except ImportError as e:

@@ -134,10 +134,41 @@ class _LinearCE(torch.autograd.Function):
         return grad * grad_loss.to(grad.dtype), None, None, None, None
 
 
-def decayed_ce(hidden: torch.Tensor, lm_head: torch.Tensor, blocks: Blocks, chunk: int):
+def liger_linear_ce(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, w: torch.Tensor):
+    """sum_i w_i * CE(h_i @ W^T, y_i) and the correct count, through Liger's fused linear
+    cross-entropy: the same value and gradient as ``_LinearCE``.
+
+    Liger's kernel weighs tokens only through the scalar upstream gradient of a summed loss
+    (its per-token ``reduction="none"`` backward was wrong before liger-kernel PR #1298, and
+    recomputes the logits), so rows are grouped by weight: DFlash's decay gives one weight per
+    block position, at most B groups, each one fused call scaled by its weight.
+    """
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    values, group = torch.unique(w, return_inverse=True)
+    loss = torch.zeros((), device=hidden.device, dtype=torch.float32)
+    correct = torch.zeros((), device=hidden.device, dtype=torch.float32)
+    for k in range(values.numel()):
+        idx = (group == k).nonzero().squeeze(1)
+        out = liger_fused_linear_cross_entropy(
+            hidden.index_select(0, idx),
+            weight,
+            labels.index_select(0, idx),
+            reduction="sum",
+            return_token_accuracy=True,
+        )
+        loss = loss + values[k] * out.loss.float()
+        correct = correct + out.token_accuracy.detach().float() * idx.numel()
+    return loss, correct.round().long()
+
+
+def decayed_ce(
+    hidden: torch.Tensor, lm_head: torch.Tensor, blocks: Blocks, chunk: int, fused_liger: bool = False
+):
     """Loss = sum(w*CE)/sum(w) over scored positions; also accuracy and the scored count.
 
-    hidden [b, N*B, H]; lm_head [V, H] (frozen).
+    hidden [b, N*B, H]; lm_head [V, H] (frozen). ``fused_liger``: Liger's fused linear
+    cross-entropy (``liger_linear_ce``) instead of the chunked, compiled LM head + CE.
     """
     sel = blocks.weights.flatten() > 0
     h = hidden.flatten(0, 1)[sel]
@@ -147,5 +178,8 @@ def decayed_ce(hidden: torch.Tensor, lm_head: torch.Tensor, blocks: Blocks, chun
     if n == 0:
         zero = hidden.sum() * 0.0
         return zero, zero.detach(), 0
-    loss, correct = _LinearCE.apply(h, lm_head, y, w / w.sum(), chunk)
+    if fused_liger:
+        loss, correct = liger_linear_ce(h, lm_head, y, w / w.sum())
+    else:
+        loss, correct = _LinearCE.apply(h, lm_head, y, w / w.sum(), chunk)
     return loss, correct.float() / n, n

@@ -30,7 +30,7 @@ from . import flops, objective, profiling, provenance
 from . import target as target_mod
 from .config import ConfigError, Profile, TrainConfig
 from .draft import DFlashDraft
-from .liger import liger_patch, liger_version
+from .liger import fused_linear_ce_fn, liger_patch, liger_version
 from .runfiles import RunFiles, write_json_atomic
 
 GIB = 2**30
@@ -66,6 +66,11 @@ def resolve_env(cfg: TrainConfig) -> Env:
             raise ConfigError(
                 "model.compile_layers: compiling the draft's layers is a GPU arm (TorchInductor's "
                 "Triton kernels); on the CPU leave it false"
+            )
+        if cfg.model.liger_fused_linear_ce:
+            raise ConfigError(
+                "model.liger_fused_linear_ce: Liger's fused linear cross-entropy is a Triton kernel "
+                "and needs a CUDA or ROCm GPU; on the CPU leave it false"
             )
     return Env(device=device, rank=rank, world=world, local_rank=local_rank)
 
@@ -105,6 +110,8 @@ class Trainer:
             embed, lm_head = data_mod.load_head(cfg.data.cache_dir, env.device)
             self.head = target_mod.FrozenHead(embed.to(self.dtype), lm_head.to(self.dtype))
         m = cfg.model
+        if m.liger_fused_linear_ce:
+            fused_linear_ce_fn()  # a missing or too old liger-kernel is a one-line error now, not at step 1
         with (
             liger_patch(m.use_liger_kernel, m.liger_scope, m.liger_rms_norm, m.liger_swiglu),
             torch.device(env.device),
@@ -180,7 +187,9 @@ class Trainer:
         out = self.draft(
             hidden, self.head.embed_tokens(blocks.noise_ids), anchors, keep, cfg.model.attention_backend
         )
-        loss, acc, scored = objective.decayed_ce(out, self.head.lm_head, blocks, cfg.model.loss_chunk_size)
+        loss, acc, scored = objective.decayed_ce(
+            out, self.head.lm_head, blocks, cfg.model.loss_chunk_size, cfg.model.liger_fused_linear_ce
+        )
         (loss / cfg.training.accumulation_steps).backward()
         for p, m in zip(self.params, self.masters):
             if p.grad is not None:

@@ -95,6 +95,20 @@ def test_broken_liger_import_is_a_clear_error(monkeypatch):
             pass
 
 
+def test_fused_linear_ce_checks_name_their_key(monkeypatch):
+    monkeypatch.setattr(liger, "liger_version", lambda: None)
+    with pytest.raises(ConfigError, match=r"^model\.liger_fused_linear_ce: liger-kernel is not installed"):
+        liger.fused_linear_ce_fn()
+    monkeypatch.setattr(liger, "liger_version", lambda: "0.8.5")
+    monkeypatch.setattr(liger, "check_triton", lambda: None)
+    functional = pytest.importorskip("liger_kernel.transformers.functional")
+    monkeypatch.setattr(
+        functional, "liger_fused_linear_cross_entropy", lambda input, weight, target, reduction="mean": 0
+    )
+    with pytest.raises(ConfigError, match="has no return_token_accuracy; upgrade liger-kernel"):
+        liger.fused_linear_ce_fn()
+
+
 # -- Triton: one distribution of the `triton` module, the one torch uses -------------------
 
 

@@ -99,3 +99,45 @@ def test_decayed_ce_only_scored_positions():
     assert n == 3
     assert float(acc) == pytest.approx(2 / 3)  # 2 of the 3 scored positions
     assert float(loss) == pytest.approx(sum(wi * ci for wi, ci in zip(w, ce)) / sum(w), rel=1e-6)
+
+
+def test_liger_fused_linear_ce_groups_rows_by_weight_and_gives_the_same_loss(monkeypatch):
+    """The liger_flce arm: Liger's fused linear CE, called once per distinct decay weight with
+    reduction="sum", reproduces the chunked objective's loss, accuracy and gradient. Liger's
+    Triton kernel cannot run on the CPU, so a stand-in with liger-kernel's functional signature
+    and return type (CrossEntropyOutput; token accuracy = mean over the rows) takes its place."""
+    functional = pytest.importorskip("liger_kernel.transformers.functional")
+    calls = []
+
+    def fake_flce(input, weight, target, bias=None, ce_weight=None, ignore_index=-100, lse_square_scale=0.0,
+                  label_smoothing=0.0, reduction="mean", softcap=None, return_z_loss=False, accum_dtype=None,
+                  use_token_scaling=False, return_token_accuracy=False, return_predicted_tokens=False,
+                  chunk_mem_const=1):  # fmt: skip
+        calls.append((reduction, input.shape[0]))
+        logits = (input @ weight.T).float()
+        loss = torch.nn.functional.cross_entropy(logits, target, reduction=reduction)
+        acc = (logits.argmax(-1) == target).float().mean()
+        return functional.CrossEntropyOutput(loss=loss, token_accuracy=acc) if return_token_accuracy else loss
+
+    monkeypatch.setattr(functional, "liger_fused_linear_cross_entropy", fake_flce)
+    gen = torch.Generator().manual_seed(1)
+    b, s, block, v, h = 2, 40, 4, 30, 8
+    ids = torch.randint(0, v, (b, s), generator=gen)
+    mask = torch.ones(b, s, dtype=torch.uint8)
+    mask[0, 7] = 0
+    anchors, keep = sample_anchors(mask, 6, gen)
+    blk = make_blocks(ids, mask, anchors, keep, block_size=block, mask_token_id=v - 1, gamma=7.0)
+    hidden = torch.randn(b, 6 * block, h, generator=gen, dtype=torch.float64, requires_grad=True)
+    head = torch.randn(v, h, generator=gen, dtype=torch.float64)
+    ref_hidden = hidden.detach().clone().requires_grad_(True)
+
+    loss, acc, n = decayed_ce(hidden, head, blk, chunk=8, fused_liger=True)
+    loss.backward()
+    ref_loss, ref_acc, ref_n = decayed_ce(ref_hidden, head, blk, chunk=8)
+    ref_loss.backward()
+
+    assert n == ref_n and float(acc) == pytest.approx(float(ref_acc))
+    torch.testing.assert_close(loss.double(), ref_loss.double(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(hidden.grad, ref_hidden.grad, rtol=1e-5, atol=1e-7)
+    # one call per block position that is scored (k = 1..B-1), each a summed loss
+    assert [r for r, _ in calls] == ["sum"] * (block - 1) and sum(m for _, m in calls) == n

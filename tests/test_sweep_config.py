@@ -310,12 +310,13 @@ def test_option_arms_set_their_keys_and_only_liger_arms_patch(tmp_path, base):
 
     base["hardware"] = "h200"
     base["cells"] = [base["cells"][1]]  # online, flex attention (the train config's default)
-    base["arms"] = ["baseline", "compile", "liger_compile", "sdpa", "adamw_foreach"]
+    base["arms"] = ["baseline", "compile", "liger_compile", "liger_flce", "sdpa", "adamw_foreach"]
     runs = {r.arm: r for r in plan(load_config(write_sweep(tmp_path, base)))}
     expect = {
         "baseline": [],
         "compile": ["model.compile_layers=true"],
         "liger_compile": ["model.compile_layers=true"],
+        "liger_flce": ["model.liger_fused_linear_ce=true"],
         "sdpa": ["model.attention_backend=sdpa"],
         "adamw_foreach": ["training.fused_adamw=false"],
     }
@@ -324,10 +325,16 @@ def test_option_arms_set_their_keys_and_only_liger_arms_patch(tmp_path, base):
         arm_sets = [
             a
             for a in argv
-            if a.split("=")[0] in ("model.compile_layers", "model.attention_backend", "training.fused_adamw")
+            if a.split("=")[0]
+            in (
+                "model.compile_layers",
+                "model.attention_backend",
+                "training.fused_adamw",
+                "model.liger_fused_linear_ce",
+            )
         ]
         assert arm_sets == sets, arm
-        assert ("--use-liger-kernel" in argv) == (arm == "liger_compile"), arm
+        assert ("--use-liger-kernel" in argv) == (arm in ("liger_compile", "liger_flce")), arm
 
 
 def test_default_arms_are_baseline_and_liger(tmp_path, base):

@@ -70,6 +70,10 @@ def copy_cache(src, dst):
             ["--set", "model.compile_layers=true"],
             "model.compile_layers: compiling the draft's layers is a GPU arm",
         ),
+        (
+            ["--set", "model.liger_fused_linear_ce=true"],
+            "model.liger_fused_linear_ce: Liger's fused linear cross-entropy is a Triton kernel",
+        ),
         (["--set", "training.lr=nan"], "training.lr: expected a finite number"),
         (["--set", "training.batch_size=64"], "training.batch_size: 64 is more than the 32 samples"),
         (["--set", "data.seq_len=64"], "holds seq_len=128"),
