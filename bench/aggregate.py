@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,13 @@ CONFIDENCE = 0.95
 
 METRIC_FIELDS = [
     "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s",
-    "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu", "elapsed_s",
+    "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu", "elapsed_s", "time",
 ]  # fmt: skip
-# Read-only GPU state of the run's busiest card, sampled by the poller (vram.json): min/median/max.
+# Read-only GPU state of the run's busiest card, sampled by the poller: min/median/max over the
+# measured steps (vram.jsonl's timed state rows against metrics' "time"), else over the whole run
+# (vram.json); state_window says which.
 STATE_FIELDS = ["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"]
-STATE_COLUMNS = [f"{f}_{s}" for f in STATE_FIELDS for s in ("min", "median", "max")]
+STATE_COLUMNS = [f"{f}_{s}" for f in STATE_FIELDS for s in ("min", "median", "max")] + ["state_window"]
 STARTUP_COLUMNS = [
     "startup_s", "imports_s", "imports_preloaded", "first_step_s", "to_first_measured_step_s",
     "compile_cache_warm",
@@ -68,7 +71,7 @@ RUNS_COLUMNS = [
 ]  # fmt: skip
 RUNS_TEXT_COLUMNS = {
     "run_id", "cell_id", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
-    "start_time", "end_time", "compile_cache_warm", "imports_preloaded", *PROVENANCE_COLUMNS,
+    "start_time", "end_time", "state_window", "compile_cache_warm", "imports_preloaded", *PROVENANCE_COLUMNS,
 } - {"gpu_count"}  # fmt: skip
 
 SUMMARY_PROVENANCE_COLUMNS = ["hostname", "gpu_name", "torch_version", "liger_version", "git_commit"]
@@ -226,6 +229,44 @@ def _summarize_vram(vram: dict | None) -> dict[str, Any]:
             stat = state.get(f) if isinstance(state.get(f), dict) else {}
             for k in ("min", "median", "max"):
                 out[f"{f}_{k}"] = _num(stat.get(k))
+        out["state_window"] = "whole run" if any(state.get(f) for f in STATE_FIELDS) else None
+    return out
+
+
+def measured_window(rec: RunRecord) -> tuple[float, float] | None:
+    """Wall-clock start and end of a run's measured steps (metrics' "time" at the end of each step,
+    minus the first measured step's duration), or None when the trainer wrote no times."""
+    steady = rec.steady
+    if steady.empty or steady["time"].isna().any():
+        return None
+    first = steady.iloc[0]
+    return float(first["time"] - first["step_time_s"]), float(steady["time"].iloc[-1])
+
+
+def _window_state(rec: RunRecord) -> dict[str, Any]:
+    """The busiest card's state over the measured steps, from the poller's timed state rows in
+    vram.jsonl; {} when the run has no step times, no state rows or none inside the window (the
+    whole-run summary of vram.json stands then)."""
+    window = measured_window(rec)
+    devices = [d for d in (rec.vram or {}).get("devices") or [] if isinstance(d, dict)]
+    if window is None or not devices:
+        return {}
+    busiest = max(range(len(devices)), key=lambda i: _num(devices[i].get("peak_delta_gib"), -math.inf))
+    t0, t1 = window
+    rows = [
+        r["state"][busiest]
+        for r in read_jsonl(rec.run_dir / "vram.jsonl")
+        if isinstance(r.get("state"), list) and len(r["state"]) > busiest and t0 <= _num(r.get("t")) <= t1
+    ]
+    if not rows:
+        return {}
+    out: dict[str, Any] = {"state_window": "measured steps"}
+    for f in STATE_FIELDS:
+        values = [
+            float(v) for v in (row.get(f) for row in rows if isinstance(row, dict)) if _num(v) == _num(v)
+        ]
+        for k, fn in (("min", min), ("median", statistics.median), ("max", max)):
+            out[f"{f}_{k}"] = fn(values) if values else NAN
     return out
 
 
@@ -303,6 +344,7 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         "warmup_steps": rec.warmup_steps,
         "steps_measured": len(steady),
         **_summarize_vram(rec.vram),
+        **_window_state(rec),
         **_startup(rec),
         "torch_peak_allocated_gib": m["torch_peak_allocated_gib"].max(),
         "torch_peak_reserved_gib": m["torch_peak_reserved_gib"].max(),

@@ -424,8 +424,18 @@ def machine_state_line(runs: pd.DataFrame) -> list[str]:
     def span(col_lo: str, col_hi: str, spec: str) -> str:
         return f"{_f(ok[col_lo].min(), spec)}–{_f(ok[col_hi].max(), spec)}"
 
+    windows = ok["state_window"].dropna() if "state_window" in ok else pd.Series(dtype=object)
+    whole = int((windows == "whole run").sum())
+    over = (
+        "over each run's measured steps"
+        if not whole
+        else (
+            f"over the measured steps; over the whole run, start included, for {whole} of {len(windows)} runs "
+            "without step times or state samples in that window"
+        )
+    )
     return [
-        f"Machine state (busiest card, read only, per run in runs.csv): SM clock {span('sm_clock_mhz_min', 'sm_clock_mhz_max', '.0f')} MHz "
+        f"Machine state (busiest card, read only, {over}; per run in runs.csv): SM clock {span('sm_clock_mhz_min', 'sm_clock_mhz_max', '.0f')} MHz "
         f"(run medians {span('sm_clock_mhz_median', 'sm_clock_mhz_median', '.0f')}), memory clock "
         f"{span('mem_clock_mhz_min', 'mem_clock_mhz_max', '.0f')} MHz, temperature "
         f"{span('temperature_c_min', 'temperature_c_max', '.0f')} °C, power {span('power_w_min', 'power_w_max', '.0f')} W.",

@@ -677,6 +677,14 @@ class VramPoller:
             self._error(err)
             return
         self.n_state_samples += 1
+        # Also a timed row in <name>.jsonl, so aggregation can take the state over a run's measured
+        # steps alone (a run's start, with its cards idle, would otherwise weigh in the medians).
+        self._buffer.append(
+            {
+                "t": round(time.time(), 3),
+                "state": [{f: r.get(f) if isinstance(r, dict) else None for f in STATE_FIELDS} for r in rows],
+            }
+        )
         for i, row in enumerate(rows[: len(self._state)]):
             self._state_n[i] += 1
             for f in STATE_FIELDS:

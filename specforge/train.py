@@ -449,6 +449,7 @@ def _train(
             "model_tflops": step_flops / 1e12,
             "mfu": step_flops / dt / (peak * 1e12 * env.world) if peak else None,
             "elapsed_s": round(time.time() - started, 3),  # process start -> end of this step
+            "time": round(time.time(), 3),  # wall clock at the end of this step (matches the poller's t)
         }
         if profiled:  # only then: an unprofiled run's rows are exactly as before
             row["profiled"] = True

@@ -177,6 +177,37 @@ def test_failed_skipped_timeout_and_missing_runs_keep_a_row(tmp_path):
     assert summary.loc["liger", "verdict_speed"] == "n/a (no ok runs)"
 
 
+def test_machine_state_is_taken_over_the_measured_steps(tmp_path):
+    """A run whose start (cards idle: 345 MHz, 80 W) is long beside its measured steps (1980 MHz,
+    650 W): the medians must describe the steps, so runs.csv takes the poller's timed state rows
+    between the start of the first measured step and the end of the last (metrics' "time")."""
+    idle = {"sm_clock_mhz": 345, "mem_clock_mhz": 3201, "temperature_c": 38, "power_w": 80.0}
+    busy = {"sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "temperature_c": 55, "power_w": 650.0}
+    devices = [
+        {"index": i, "name": "H200", "total_gib": 140.0, "baseline_used_gib": 0.5, "peak_used_gib": p,
+         "peak_delta_gib": p - 0.5, "state": {f: {"min": 1.0, "median": 2.0, "max": 3.0} for f in idle}}
+        for i, p in enumerate((0.6, 30.0))  # card 1 is the run's
+    ]  # fmt: skip
+    d = write_run(
+        tmp_path, "baseline", 0, [5.0, 1.0, 1.0, 1.0], warmup=1, vram={"status": "ok", "devices": devices}
+    )
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    ends = [1000.0 + 20.0 + 5.0 + i for i in range(4)]  # 20 s of start, step 1 5 s, then 1 s steps
+    (d / "metrics.jsonl").write_text("".join(json.dumps({**r, "time": t}) + "\n" for r, t in zip(rows, ends)))
+    samples = [{"t": 1000.0 + k, "state": [idle, idle]} for k in range(25)]  # start and step 1
+    samples += [{"t": 1025.5 + k, "state": [idle, busy]} for k in range(3)]  # the measured steps
+    samples += [{"t": 1000.0 + k / 10, "used_gib": [0.5, 1.0]} for k in range(5)]  # VRAM rows are ignored
+    (d / "vram.jsonl").write_text("".join(json.dumps(x) + "\n" for x in samples))
+
+    row = runs_table(load_runs(tmp_path)).iloc[0]
+    assert row.state_window == "measured steps"
+    assert (row.power_w_min, row.power_w_median, row.sm_clock_mhz_median) == (650.0, 650.0, 1980.0)
+
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))  # a trainer without times
+    row = runs_table(load_runs(tmp_path)).iloc[0]
+    assert row.state_window == "whole run" and row.power_w_median == 2.0  # vram.json's summary stands
+
+
 # --- summary statistics, built from runs tables directly ---------------------------------------
 
 
