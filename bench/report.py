@@ -426,14 +426,15 @@ def machine_state_line(runs: pd.DataFrame) -> list[str]:
 
     windows = ok["state_window"].dropna() if "state_window" in ok else pd.Series(dtype=object)
     whole = int((windows == "whole run").sum())
-    over = (
-        "over each run's measured steps"
-        if not whole
-        else (
-            f"over the measured steps; over the whole run, start included, for {whole} of {len(windows)} runs "
-            "without step times or state samples in that window"
+    if not whole:
+        over = "over each run's measured steps"
+    elif whole == len(windows):
+        over = "over each run's whole life, its start included (the runs carry no step times)"
+    else:
+        over = (
+            f"over the measured steps; over the whole run, start included, for {whole} of {len(windows)} "
+            "runs without step times or state samples in that window"
         )
-    )
     return [
         f"Machine state (busiest card, read only, {over}; per run in runs.csv): SM clock {span('sm_clock_mhz_min', 'sm_clock_mhz_max', '.0f')} MHz "
         f"(run medians {span('sm_clock_mhz_median', 'sm_clock_mhz_median', '.0f')}), memory clock "
