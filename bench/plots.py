@@ -228,9 +228,9 @@ def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) 
     per series, with the card's capacity drawn."""
     axis = capacity["axis"].iloc[0]
     other = "seq_len" if axis == "batch_size" else "batch_size"
-    groups = list(runs.groupby(["profile", "mode", other], sort=False))
+    groups = list(runs.groupby(["profile", "mode", other, "gpus"], sort=False))
     fig, axes = _grid(max(1, len(groups)), f"Capacity: peak VRAM vs {axis} (x: out of memory)")
-    for ax, ((profile, mode, fixed), g) in zip(axes, groups):
+    for ax, ((profile, mode, fixed, gpus), g) in zip(axes, groups):
         arms = _arms(g["arm"])
         total = capacity[(capacity["profile"] == profile) & (capacity["mode"] == mode)][
             "card_total_gib"
@@ -247,7 +247,7 @@ def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) 
         ax.set_xscale("log", base=2)
         ax.set_xlabel(axis)
         ax.set_ylabel("peak VRAM, busiest card (GiB)")
-        ax.set_title(f"{profile} {mode} {other} {_int(fixed)}", fontsize=9)
+        ax.set_title(f"{profile} {mode} {other} {_int(fixed)}, {_int(gpus)} GPU(s)", fontsize=9)
         ax.legend(fontsize=8)
     return _save(fig, path)
 

@@ -218,14 +218,14 @@ def capacity_section(capacity: pd.DataFrame) -> list[str]:
         return []
     rows = [
         [
-            _md(r.series), _md(r.arm), _int(r.largest_fit), _int(r.first_oom), _int(r.probes), _md(r.stopped_by),
+            _md(r.series), _world(r.gpus, r.nodes), _md(r.arm), _int(r.largest_fit), _int(r.first_oom), _int(r.probes), _md(r.stopped_by),
             _f(r.peak_vram_gib_at_largest, ".2f"), _f(r.card_total_gib, ".1f"), _f(r.samples_per_s_at_largest, ".2f"),
             _fit_ratio(r),
         ]
         for r in capacity.itertuples()
     ]  # fmt: skip
     axis = capacity["axis"].iloc[0]
-    header = ["series", "arm", f"largest {axis} that fits", "first OOM", "probes", "stopped by",
+    header = ["series", "gpus", "arm", f"largest {axis} that fits", "first OOM", "probes", "stopped by",
               "peak VRAM at largest (GiB)", "card (GiB)", "samples/s at largest", "vs baseline"]  # fmt: skip
     return ["## Capacity", "", *_table(header, rows), "", "Plot: capacity.png; data: capacity.csv.", ""]
 

@@ -139,6 +139,7 @@ def test_a_search_that_reached_its_max_gives_a_bound_not_a_ratio(base, liger, ra
     )  # fmt: skip
     table = capacity.capacity_table(runs, {"config": {"capacity": {"axis": "batch_size"}}})
     row = table.set_index("arm").loc["liger"]
+    assert (row.gpus, row.nodes) == (1, 1)  # every table names its world size (nodes: 1 when unrecorded)
     assert row.fit_ratio_bound == bound
     assert (pd.isna(row.fit_ratio_vs_baseline) and ratio is None) or row.fit_ratio_vs_baseline == ratio
     assert shown in "\n".join(report.capacity_section(table))
