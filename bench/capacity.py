@@ -178,15 +178,20 @@ def capacity_table(runs: pd.DataFrame, sweep: dict, vram: pd.DataFrame | None = 
     df = pd.DataFrame(rows).reindex(columns=CAPACITY_COLUMNS)
     base = df[df["arm"] == "baseline"].set_index("series")
     df["fit_ratio_vs_baseline"] = df["largest_fit"] / df["series"].map(base["largest_fit"])
-    # An arm that reached the search's max fits at least that much: its ratio is a bound.
-    arm_max = df["stopped_by"] == "max reached"
-    base_max = df["series"].map(base["stopped_by"]) == "max reached"
-    df["fit_ratio_bound"] = "exact"
-    df.loc[arm_max & ~base_max, "fit_ratio_bound"] = "at least"
-    df.loc[base_max & ~arm_max, "fit_ratio_bound"] = "at most"
-    df.loc[arm_max & base_max, "fit_ratio_bound"] = "unknown: both fit the max"
-    df.loc[arm_max & base_max, "fit_ratio_vs_baseline"] = float("nan")
-    df.loc[df["fit_ratio_vs_baseline"].isna() & ~(arm_max & base_max), "fit_ratio_bound"] = pd.NA
+    # Exact (to the granularity) when both searches ended at an OOM; an arm that reached the
+    # search's max fits at least that much, so its ratio is a bound; none when both reached it or
+    # an error ended either search.
+    stop, base_stop = df["stopped_by"], df["series"].map(base["stopped_by"])
+    df["fit_ratio_bound"] = pd.Series(pd.NA, index=df.index, dtype=object)
+    for arm_end, base_end, bound in (
+        ("oom", "oom", "exact"),
+        ("max reached", "oom", "at least"),
+        ("oom", "max reached", "at most"),
+        ("max reached", "max reached", "unknown: both fit the max"),
+    ):
+        df.loc[(stop == arm_end) & (base_stop == base_end), "fit_ratio_bound"] = bound
+    no_ratio = df["fit_ratio_bound"].isna() | (df["fit_ratio_bound"] == "unknown: both fit the max")
+    df.loc[no_ratio, "fit_ratio_vs_baseline"] = float("nan")
     return df
 
 

@@ -126,6 +126,13 @@ def test_capacity_table_ratio_and_one_arm_oom():
         ([(8, "ok"), (16, "oom")], [(8, "ok"), (16, "ok")], 2.0, "at least", "≥ 2.00×"),  # liger hit max 16
         ([(8, "ok"), (16, "ok")], [(8, "ok"), (16, "oom")], 0.5, "at most", "≤ 0.50×"),
         ([(8, "ok"), (16, "ok")], [(8, "ok"), (16, "ok")], None, "unknown: both fit the max", "both fit"),
+        (
+            [(8, "ok"), (16, "timeout")],
+            [(8, "ok"), (16, "oom")],
+            None,
+            None,
+            "timeout",
+        ),  # no answer: no ratio
     ],
 )
 def test_a_search_that_reached_its_max_gives_a_bound_not_a_ratio(base, liger, ratio, bound, shown):
@@ -140,7 +147,7 @@ def test_a_search_that_reached_its_max_gives_a_bound_not_a_ratio(base, liger, ra
     table = capacity.capacity_table(runs, {"config": {"capacity": {"axis": "batch_size"}}})
     row = table.set_index("arm").loc["liger"]
     assert (row.gpus, row.nodes) == (1, 1)  # every table names its world size (nodes: 1 when unrecorded)
-    assert row.fit_ratio_bound == bound
+    assert pd.isna(row.fit_ratio_bound) if bound is None else row.fit_ratio_bound == bound
     assert (pd.isna(row.fit_ratio_vs_baseline) and ratio is None) or row.fit_ratio_vs_baseline == ratio
     assert shown in "\n".join(report.capacity_section(table))
 
