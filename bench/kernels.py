@@ -40,7 +40,7 @@ from bench.fileio import atomic_write_text
 from bench.sweep_config import ARM_OPTIONS, Cell, SweepConfig, SweepError, format_set_value, load_config
 
 OUTPUTS = ("kernels.csv", "kernels.png", "kernels.md")
-KINDS = {"rmsnorm": "RMSNorm", "swiglu": "SwiGLU MLP"}
+KINDS = {"rmsnorm": "RMSNorm", "swiglu": "SwiGLU MLP", "loss": "LM head + CE"}
 IMPLS = ("stock", "liger")
 MIB = 2**20
 # Device limits: a copy of COPY_BYTES into another buffer (read + write counted) and an n x n x n
@@ -57,7 +57,7 @@ MAX_REPS = 100_000
 KERNEL_COLUMNS = [
     "cell_id", "profile", "mode", "batch_size", "seq_len", "num_anchors", "block_size",
     "accumulation_steps", "dtype", "device", "module", "kind", "impl", "module_class", "draft_modules",
-    "input_shape", "rows", "dim", "intermediate_size", "per_micro_batch", "micro_batches_per_step",
+    "input_shape", "rows", "dim", "intermediate_size", "vocab_size", "per_micro_batch", "micro_batches_per_step",
     "status", "reason", "reps", "warmup", "time_median_ms", "time_p20_ms", "time_p80_ms",
     "peak_mem_delta_mib", "bytes", "flops", "intensity_flop_per_byte", "bound", "achieved_gb_per_s",
     "achieved_tflops", "roofline_ms", "roofline_fraction", "saving_per_call_ms", "saving_per_step_ms",
@@ -84,6 +84,12 @@ class DraftShapes:
     head_dim: int
     layers: int
     eps: float
+    vocab: int = 0
+
+    @property
+    def scored_tokens(self) -> int:
+        """b * N * (B - 1): at most this many positions are scored (k = 0 of a block never is)."""
+        return self.batch * self.num_anchors * (self.block_size - 1)
 
     @property
     def block_tokens(self) -> int:
@@ -115,6 +121,7 @@ def draft_shapes(arch: Any, batch: int, seq_len: int, num_anchors: int) -> Draft
         head_dim=arch.head_dim,
         layers=arch.num_hidden_layers,
         eps=arch.rms_norm_eps,
+        vocab=arch.vocab_size,
     )
 
 
@@ -123,7 +130,7 @@ class Site:
     """One shape at which the draft calls a swappable module, and how often per micro-batch."""
 
     name: str
-    kind: str  # rmsnorm | swiglu
+    kind: str  # rmsnorm | swiglu | loss
     shape: tuple[int, ...]  # the module's input
     per_micro_batch: int
     draft_modules: str
@@ -161,8 +168,29 @@ def module_sites(s: DraftShapes) -> list[Site]:
     ]
 
 
+def loss_site(s: DraftShapes) -> Site:
+    """The LM head + decayed CE over the scored positions (the liger_flce arm swaps it)."""
+    return Site(
+        "lm_head_ce",
+        "loss",
+        (s.scored_tokens, s.hidden),
+        1,
+        "LM head + decayed CE over the scored positions (objective.decayed_ce)",
+    )
+
+
+def all_sites(s: DraftShapes) -> list[Site]:
+    """The draft's modules, then the loss."""
+    return [*module_sites(s), loss_site(s)]
+
+
 def site_cost(site: Site, shapes: DraftShapes, elem_bytes: int) -> tuple[int, int]:
     """(FLOPs, bytes) of one forward + backward at a site (formulas: bench/roofline.py)."""
+    if site.kind == "loss":
+        return (
+            roofline.linear_ce_flops(site.rows, site.dim, shapes.vocab),
+            roofline.linear_ce_bytes(site.rows, site.dim, shapes.vocab, elem_bytes),
+        )
     if site.kind == "rmsnorm":
         return roofline.rmsnorm_flops(site.rows, site.dim), roofline.rmsnorm_bytes(
             site.rows, site.dim, elem_bytes
@@ -173,7 +201,7 @@ def site_cost(site: Site, shapes: DraftShapes, elem_bytes: int) -> tuple[int, in
     )
 
 
-LIGER_KEYS = {"model.liger_rms_norm", "model.liger_swiglu"}
+LIGER_KEYS = {"model.liger_rms_norm", "model.liger_swiglu", "model.liger_fused_linear_ce"}
 
 
 def swapped_kinds(arm: str) -> tuple[str, ...]:
@@ -188,6 +216,8 @@ def swapped_kinds(arm: str) -> tuple[str, ...]:
         kinds.append("rmsnorm")
     if opts["set"].get("model.liger_swiglu", True):
         kinds.append("swiglu")
+    if opts["set"].get("model.liger_fused_linear_ce", False):
+        kinds.append("loss")
     return tuple(kinds)
 
 
@@ -208,6 +238,8 @@ class CellPlan:
     device: str  # cuda | cpu
     arch: Any  # specforge.config.DraftArch
     max_positions: int
+    loss_gamma: float = 7.0  # training.loss_decay_gamma
+    loss_chunk: int = 1024  # model.loss_chunk_size
 
 
 def plan_cell(cfg: SweepConfig, cell: Cell, device_type: str) -> CellPlan:
@@ -239,6 +271,8 @@ def plan_cell(cfg: SweepConfig, cell: Cell, device_type: str) -> CellPlan:
         device=device,
         arch=profile.draft,
         max_positions=train.data.seq_len + profile.draft.block_size + 1,  # as the trainer builds it
+        loss_gamma=tr.loss_decay_gamma,
+        loss_chunk=train.model.loss_chunk_size,
     )
 
 
@@ -368,15 +402,51 @@ def measure_limits(timer: Timer, dtype: str) -> Limits:
 # ---------------------------------------------------------------- modules
 
 
+def loss_head(plan: CellPlan, site: Site, liger: bool):
+    """The trainer's LM head + decayed CE at this site as a module of the hidden rows (its output the
+    loss): the chunked, compiled ``_LinearCE`` or, with ``liger``, ``liger_linear_ce``. The frozen
+    head, labels and weights are random but shaped as in training: every block position k = 1..B-1
+    scored, weighted exp(-(k-1)/gamma), normalized. Raises ConfigError when Liger's is unavailable."""
+    import torch
+
+    from specforge import objective
+    from specforge.liger import fused_linear_ce_fn
+
+    if liger:
+        fused_linear_ce_fn()
+    n, h = site.shape
+    dev, dt = plan.device, getattr(torch, plan.dtype)
+    gen = torch.Generator(device=dev).manual_seed(1)
+    head = (torch.randn(plan.shapes.vocab, h, generator=gen, device=dev) * h**-0.5).to(dt)
+    labels = torch.randint(0, plan.shapes.vocab, (n,), generator=gen, device=dev)
+    k = torch.arange(n, device=dev) % (plan.shapes.block_size - 1)
+    w = torch.exp(-k.float() / plan.loss_gamma)
+    w = w / w.sum()
+
+    class LigerFusedLinearCE(torch.nn.Module):
+        def forward(self, x):
+            return objective.liger_linear_ce(x, head, labels, w)[0]
+
+    class ChunkedLinearCE(torch.nn.Module):
+        def forward(self, x):
+            return objective._LinearCE.apply(x, head, labels, w, plan.loss_chunk)[0]
+
+    return LigerFusedLinearCE() if liger else ChunkedLinearCE()
+
+
 def build_module(plan: CellPlan, site: Site, liger: bool):
     """The module a draft layer builds at this site, stock or under the trainer's Liger patch
-    (specforge.liger.liger_patch; draft.py resolves the classes through ``modeling_qwen3``).
-    Raises specforge's ConfigError when Liger cannot be patched in (missing, too old, two Tritons)."""
+    (specforge.liger.liger_patch; draft.py resolves the classes through ``modeling_qwen3``), or the
+    loss (``loss_head``). Raises specforge's ConfigError when Liger cannot be patched in (missing,
+    too old, two Tritons)."""
     import torch
     from transformers.models.qwen3 import modeling_qwen3
 
     from specforge.draft import qwen3_config, rms_norm
     from specforge.liger import liger_patch
+
+    if site.kind == "loss":
+        return loss_head(plan, site, liger)
 
     config = qwen3_config(plan.arch, plan.max_positions)
     with liger_patch(liger, "draft"), torch.device(plan.device):
@@ -400,20 +470,25 @@ def liger_class_names() -> dict[str, str]:
             return {
                 "rmsnorm": modeling_qwen3.Qwen3RMSNorm.__name__,
                 "swiglu": modeling_qwen3.Qwen3MLP.__name__,
+                "loss": "LigerFusedLinearCE",
             }
     except ConfigError:
         return {}
 
 
-def _fwd_bwd(module, shape: tuple[int, ...], dtype: str, device: str):
+def _fwd_bwd(module, shape: tuple[int, ...], dtype: str, device: str, scalar: bool = False):
     """(prep, run) for one forward + backward as in training: parameter and input gradients
-    start empty every rep (the trainer sets them to None after each micro-batch)."""
+    start empty every rep (the trainer sets them to None after each micro-batch). ``scalar``: the
+    module returns a loss, whose backward starts from 1."""
     import torch
 
     tdtype = getattr(torch, dtype)
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(shape, generator=gen, device=device, dtype=tdtype).requires_grad_(True)
-    dy = torch.randn(shape, generator=gen, device=device, dtype=tdtype)
+    if scalar:
+        dy = torch.ones((), device=device, dtype=torch.float32)
+    else:
+        dy = torch.randn(shape, generator=gen, device=device, dtype=tdtype)
     params = list(module.parameters())
 
     def prep():
@@ -434,7 +509,7 @@ def _measure_module(
     """(class name, seconds per rep, peak bytes or None) of one module's forward + backward; its
     tensors are freed on return."""
     module = build_module(plan, site, liger)
-    prep, run = _fwd_bwd(module, site.shape, plan.dtype, plan.device)
+    prep, run = _fwd_bwd(module, site.shape, plan.dtype, plan.device, scalar=site.kind == "loss")
     times = timer.time(prep, run, reps, warmup)
     return type(module).__name__, times, timer.peak_bytes(prep, run)
 
@@ -489,7 +564,7 @@ def measure_cell(
     skip = liger_unavailable(plan.device)
     liger_names = liger_class_names() if skip else {}
     rows: list[dict] = []
-    for site in module_sites(s):
+    for site in all_sites(s):
         flops, nbytes = site_cost(site, s, elem)
         stock_median = math.nan
         for impl in IMPLS:
@@ -513,6 +588,7 @@ def measure_cell(
                 "rows": site.rows,
                 "dim": site.dim,
                 "intermediate_size": s.intermediate if site.kind == "swiglu" else None,
+                "vocab_size": s.vocab if site.kind == "loss" else None,
                 "per_micro_batch": site.per_micro_batch,
                 "micro_batches_per_step": plan.micro_batches,
                 "reps": reps,

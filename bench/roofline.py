@@ -84,6 +84,19 @@ def mlp_flops(tokens: int, hidden: int, intermediate: int) -> int:
     return 18 * tokens * hidden * intermediate
 
 
+def linear_ce_bytes(tokens: int, hidden: int, vocab: int, elem_bytes: int) -> int:
+    """Compulsory bytes of the LM head + cross-entropy forward + backward with the logits never
+    stored whole (chunked or fused), the head frozen: the head read twice (logits, then dX), X read
+    and dX written, e (2 V H + 2 T H), plus 12 T for the labels (int64) and weights (fp32)."""
+    return elem_bytes * (2 * vocab * hidden + 2 * tokens * hidden) + 12 * tokens
+
+
+def linear_ce_flops(tokens: int, hidden: int, vocab: int) -> int:
+    """GEMM FLOPs of the LM head + CE forward (logits, 2 T H V) and backward (dX, 2 T V H); the
+    frozen head gets no gradient."""
+    return 4 * tokens * hidden * vocab
+
+
 @dataclass(frozen=True)
 class Roofline:
     bound: str  # "memory" or "compute": the larger of the two lower bounds

@@ -8,7 +8,15 @@ import pytest
 
 from bench import roofline
 from bench.__main__ import main
-from bench.kernels import KERNEL_COLUMNS, draft_shapes, module_sites, predictions, site_cost, swapped_kinds
+from bench.kernels import (
+    KERNEL_COLUMNS,
+    draft_shapes,
+    loss_site,
+    module_sites,
+    predictions,
+    site_cost,
+    swapped_kinds,
+)
 from specforge.config import load_profile
 from tests.helpers import CONFIGS, run_cli
 
@@ -86,6 +94,12 @@ def test_4b_cell_shapes_and_costs():
     # ~1123 FLOP/B: compute-bound on any GPU whose ridge is below that; RMSNorm ~1.3 FLOP/B
     assert roofline.roofline(flops, nbytes, None, 4e12, 700e12).bound == "compute"
     assert roofline.roofline(*site_cost(sites["rmsnorm_block"], s, 2), None, 4e12, 700e12).bound == "memory"
+    # the loss: 2 * 512 * 15 scored positions against the 4B vocabulary, 4 T H V FLOPs, compute-bound
+    loss = loss_site(s)
+    assert loss.shape == (15360, 2560) and loss.per_micro_batch == 1 and s.vocab > 100_000
+    lf, lb = site_cost(loss, s, 2)
+    assert lf == 4 * 15360 * 2560 * s.vocab and lb == 2 * (2 * s.vocab * 2560 + 2 * 15360 * 2560) + 12 * 15360
+    assert roofline.roofline(lf, lb, None, 4e12, 700e12).bound == "compute"
 
 
 def test_swapped_kinds_follow_the_arms():
@@ -94,6 +108,7 @@ def test_swapped_kinds_follow_the_arms():
     assert swapped_kinds("swiglu") == ("swiglu",)
     assert swapped_kinds("baseline") == ()
     assert swapped_kinds("liger_compile") == ()  # also compiles the layers: not the modules' Δ alone
+    assert swapped_kinds("liger_flce") == ("rmsnorm", "swiglu", "loss")
 
 
 # ---------------------------------------------------------------- the shapes against the real draft
@@ -209,14 +224,14 @@ def test_kernels_on_the_cpu_end_to_end(tmp_path):
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(out / "kernels.csv")
     assert list(df.columns) == KERNEL_COLUMNS
-    assert len(df) == len(CPU_CELLS) * len(SITES) * 2
+    assert len(df) == len(CPU_CELLS) * (len(SITES) + 1) * 2  # + the LM head + CE
     assert sorted(df["cell_id"].unique()) == CPU_CELLS
     stock, liger = df[df["impl"] == "stock"], df[df["impl"] == "liger"]
     assert (stock["status"] == "ok").all() and (stock["time_median_ms"] > 0).all()
     assert (stock["time_p20_ms"] <= stock["time_median_ms"]).all()
     assert (stock["time_median_ms"] <= stock["time_p80_ms"]).all()
     assert stock["peak_mem_delta_mib"].isna().all()  # None on the CPU
-    assert set(stock["module_class"]) == {"Qwen3RMSNorm", "Qwen3MLP"}
+    assert set(stock["module_class"]) == {"Qwen3RMSNorm", "Qwen3MLP", "ChunkedLinearCE"}
     assert (liger["status"] == "skipped").all() and (liger["reason"] == NO_GPU).all()
     assert liger["time_median_ms"].isna().all()
     assert (df["copy_gb_per_s"] > 0).all() and (df["matmul_tflops"] > 0).all()
@@ -228,6 +243,12 @@ def test_kernels_on_the_cpu_end_to_end(tmp_path):
     assert first.loc["rmsnorm_block", "input_shape"] == "2x32x64"
     assert first.loc["rmsnorm_k", "input_shape"] == "2x160x2x16"
     assert first.loc["rmsnorm_block", "bytes"] == roofline.rmsnorm_bytes(64, 64, 4)
+    # the loss over b N (B - 1) = 2 * 8 * 3 scored positions, the tiny vocab's head frozen
+    vocab = load_profile("tiny").draft.vocab_size
+    assert (
+        first.loc["lm_head_ce", "input_shape"] == "48x64" and first.loc["lm_head_ce", "vocab_size"] == vocab
+    )
+    assert first.loc["lm_head_ce", "flops"] == roofline.linear_ce_flops(48, 64, vocab)
     assert (out / "kernels.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "kernels.md").read_text()
     assert "## Kernel attribution: cpu" in md
@@ -269,3 +290,39 @@ def test_missing_config_is_one_line_from_the_cli(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "no such sweep config file" in lines[0]
+
+
+def test_the_loss_site_times_the_trainers_two_losses(monkeypatch):
+    """kernels' loss site builds the trainer's chunked LM head + CE and, for the liger_flce arm,
+    objective.liger_linear_ce (a stand-in for Liger's kernel on the CPU): same loss, same gradient."""
+    import torch
+
+    from bench import kernels
+    from bench.sweep_config import load_config
+    from specforge import liger
+
+    functional = pytest.importorskip("liger_kernel.transformers.functional")
+
+    def fake_flce(input, weight, target, reduction="mean", return_token_accuracy=False, **_):
+        logits = (input @ weight.T).float()
+        loss = torch.nn.functional.cross_entropy(logits, target, reduction=reduction)
+        acc = (logits.argmax(-1) == target).float().mean()
+        return functional.CrossEntropyOutput(loss=loss, token_accuracy=acc)
+
+    monkeypatch.setattr(functional, "liger_fused_linear_cross_entropy", fake_flce)
+    monkeypatch.setattr(liger, "fused_linear_ce_fn", lambda: fake_flce)
+    cfg = load_config(CONFIGS / "cpu.yaml")
+    plan = kernels.plan_cell(cfg, cfg.cells[0], "cpu")
+    site = kernels.loss_site(plan.shapes)
+    x = torch.randn(site.shape, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
+    grads, losses = [], []
+    for use_liger in (False, True):
+        head = kernels.loss_head(plan, site, use_liger)
+        loss = head(x)
+        loss.backward()
+        grads.append(x.grad.clone())
+        losses.append(float(loss.detach()))
+        x.grad = None
+    assert type(kernels.loss_head(plan, site, False)).__name__ == "ChunkedLinearCE"
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
