@@ -453,23 +453,26 @@ def stein_decisions(runs_df: pd.DataFrame, targets: dict[str, dict]) -> dict[str
     return out
 
 
-def _one_sided(base_ok, ok, base_statuses: set, statuses: set, arm: str) -> dict[str, Any]:
-    """Verdicts when one arm (or both) has no ok run: which arm fits is itself the finding."""
+def _one_sided(
+    base_ok, ok, base_statuses: set, statuses: set, arm: str, ref: str = BASELINE_ARM
+) -> dict[str, Any]:
+    """Verdicts when one arm (or both) has no ok run: which arm fits is itself the finding.
+    ``ref``: the arm compared against (the baseline, or a contrast's reference)."""
     base_oom = base_ok.empty and "oom" in base_statuses
     arm_oom = ok.empty and "oom" in statuses
     no_base = not base_statuses  # e.g. a capacity probe only one arm's search reached
     if base_oom and arm_oom:
         text = "both arms OOM"
     elif base_oom:
-        text = f"{arm} fits, baseline OOM"
+        text = f"{arm} fits, {ref} OOM"
     elif arm_oom and not base_ok.empty:
-        text = f"baseline fits, {arm} OOM"
+        text = f"{ref} fits, {arm} OOM"
     elif arm_oom:
-        text = f"{arm} OOM; " + ("no baseline run" if no_base else "no ok baseline run")
+        text = f"{arm} OOM; " + (f"no {ref} run" if no_base else f"no ok {ref} run")
     elif ok.empty:
         text = "n/a (no ok runs)"
     else:
-        text = "n/a (no baseline run)" if no_base else "n/a (no ok baseline)"
+        text = f"n/a (no {ref} run)" if no_base else f"n/a (no ok {ref})"
     return {"verdict_speed": text, "verdict_memory": text}
 
 
@@ -481,15 +484,16 @@ def _deltas(
     arm: str = "",
     base_statuses: set | None = None,
     statuses: set | None = None,
+    ref: str = BASELINE_ARM,
 ) -> dict[str, Any]:
-    """Columns comparing one arm's ok runs with the baseline's ok runs of the same cell.
+    """Columns comparing one arm's ok runs with the baseline's (or ``ref``'s) ok runs of the same cell.
 
     Δ samples/s: ratio of geometric means over pairs, t-interval on the per-pair log-ratios
     (Stein's interval with the pilot's spread when the cell has a precision target); runs of
     the two arms that share no pair fall back to Welch's interval on log throughput.
     """
     if ok.empty or base_ok.empty:
-        return _one_sided(base_ok, ok, base_statuses or set(), statuses or set(), arm)
+        return _one_sided(base_ok, ok, base_statuses or set(), statuses or set(), arm, ref)
     min_pairs = target["min_pairs"] if target else 3
     lr = log_ratios(base_ok, ok)
     row: dict[str, Any] = {}
@@ -606,6 +610,48 @@ def summary_table(
     order = out["cell_id"].map({c: i for i, c in enumerate(cells)})
     out = out.assign(_c=order, _a=out["arm"] != BASELINE_ARM).sort_values(["_c", "_a", "arm"], kind="stable")
     return out.drop(columns=["_c", "_a"]).reset_index(drop=True)
+
+
+CONTRAST_COLUMNS = [
+    "cell_id", *CELL_COLUMNS, "arm", "reference", "n_pairs", "delta_samples_per_s_pct",
+    "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
+    "delta_samples_per_s_halfwidth_pct", "delta_samples_per_s_pct_per_pair", "delta_peak_vram_gib",
+    "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high", "delta_peak_vram_pct",
+    "verdict_speed", "verdict_memory", "ci_method",
+]  # fmt: skip
+
+
+def contrast_table(
+    runs_df: pd.DataFrame, contrasts: list | tuple, equivalence_pct: float = 1.0
+) -> pd.DataFrame:
+    """contrasts.csv: per cell and [arm, reference] of the sweep's ``contrasts``, the arm against
+    the reference arm, with the estimator of summary.csv's Δ columns: the two arms' runs of the
+    same round are a pair (every round runs every arm), a 95% t-interval on the per-pair
+    log-ratios (no stopping rule of its own: the rounds are those the baseline comparisons
+    planned; verdicts need 3 pairs)."""
+    df = runs_df.reindex(columns=RUNS_COLUMNS)
+    ok_all = df[df["status"] == "ok"]
+    rows = []
+    for cell_id, g in df.groupby("cell_id", sort=False, dropna=False):
+        for arm, ref in contrasts:
+            a_all, r_all = g[g["arm"] == arm], g[g["arm"] == ref]
+            if a_all.empty and r_all.empty:
+                continue
+            a_ok = ok_all[(ok_all["cell_id"] == cell_id) & (ok_all["arm"] == arm)]
+            r_ok = ok_all[(ok_all["cell_id"] == cell_id) & (ok_all["arm"] == ref)]
+            row = {
+                "cell_id": cell_id,
+                **{c: _first(g[c]) for c in CELL_COLUMNS},
+                "arm": arm,
+                "reference": ref,
+            }
+            row.update(
+                _deltas(
+                    r_ok, a_ok, None, equivalence_pct, arm, set(r_all["status"]), set(a_all["status"]), ref
+                )
+            )
+            rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=CONTRAST_COLUMNS)
 
 
 def _arm_pairs(records: list[RunRecord]) -> dict[tuple[Any, Any], dict[str, RunRecord]]:

@@ -718,6 +718,8 @@ def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_proble
                 )
     else:
         print(f"{len(runs)} runs = {len(cfg.cells)} cells x {len(cfg.arms)} arms x {cfg.repeats} repeats")
+    if cfg.contrasts:
+        print("also compared: " + ", ".join(f"{a} against {r}" for a, r in cfg.contrasts) + " (contrasts)")
     if cfg.nodes > 1:
         print(
             f"{cfg.nodes} nodes per run, started by `{shlex.join(cfg.launcher)}`; rendezvous at "

@@ -17,12 +17,14 @@ import pandas as pd
 from bench import plots
 from bench.aggregate import (
     BASELINE_ARM,
+    CONTRAST_COLUMNS,
     LOSS_PARITY_COLUMNS,
     PARITY_CRITERION,
     RUNS_COLUMNS,
     SUMMARY_COLUMNS,
     VRAM_PER_CARD_COLUMNS,
     RunRecord,
+    contrast_table,
     join_unique,
     load_runs,
     loss_parity_gaps,
@@ -36,6 +38,7 @@ from bench.capacity import capacity_table
 from bench.fileio import atomic_write_text, read_json
 
 __all__ = [
+    "CONTRAST_COLUMNS",
     "CSV_FLOAT_FORMAT",
     "LOSS_PARITY_COLUMNS",
     "MAIN_TABLE_HEADER",
@@ -100,8 +103,16 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     paths["loss_curves.png"] = plots.plot_loss_curves(records, sweep_dir / "loss_curves.png")
     paths["step_time_dist.png"] = plots.plot_step_time_dist(records, sweep_dir / "step_time_dist.png")
     tables["scaling"] = scaling_table(tables["summary"])
-    for name in ("scaling.csv", "scaling.png", "capacity.csv", "capacity.png"):
+    contrasts = (sweep.get("config") or {}).get("contrasts") or []
+    tables["contrasts"] = contrast_table(
+        tables["runs"],
+        contrasts,
+        equivalence_pct=_num(sweep.get("equivalence_pct")) if sweep.get("equivalence_pct") else 1.0,
+    )
+    for name in ("scaling.csv", "scaling.png", "capacity.csv", "capacity.png", "contrasts.csv"):
         (sweep_dir / name).unlink(missing_ok=True)  # the sweep's own, from an earlier build
+    if len(tables["contrasts"]):
+        paths["contrasts.csv"] = write_csv(tables["contrasts"], sweep_dir / "contrasts.csv")
     if len(tables["scaling"]):
         paths["scaling.csv"] = write_csv(tables["scaling"], sweep_dir / "scaling.csv")
         paths["scaling.png"] = plots.plot_scaling(tables["scaling"], sweep_dir / "scaling.png")
@@ -259,6 +270,35 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
             ]
         )  # fmt: skip
     return _table(MAIN_TABLE_HEADER, rows)
+
+
+def contrast_section(contrasts: pd.DataFrame) -> list[str]:
+    """Arm against arm (the sweep's ``contrasts``), paired by round like the baseline comparisons."""
+    if not len(contrasts):
+        return []
+    rows = []
+    for r in contrasts.itertuples():
+        same = r.verdict_speed == r.verdict_memory
+        verdict = r.verdict_speed if same else f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
+        rows.append(
+            [
+                _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _world(r.gpus, r.nodes),
+                _md(r.arm), _md(r.reference), _int(r.n_pairs),
+                _delta_cell(r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low,
+                            r.delta_samples_per_s_pct_ci95_high, "+.1f", "%"),
+                _delta_cell(r.delta_peak_vram_gib, r.delta_peak_vram_gib_ci95_low, r.delta_peak_vram_gib_ci95_high,
+                            "+.2f", " GiB", f" ({_f(r.delta_peak_vram_pct, '+.1f')}%)"),
+                _md(verdict),
+            ]
+        )  # fmt: skip
+    header = ["profile", "mode", "batch", "seq", "gpus", "arm", "against", "pairs", "Δ samples/s (95% CI)",
+              "Δ peak VRAM (95% CI)", "verdict"]  # fmt: skip
+    note = (
+        "Each arm against another (the sweep's `contrasts`): the two arms' runs of one round form a pair, "
+        "Δ is the ratio of geometric means with a t-interval on the per-pair log-ratios, as for the "
+        "baseline comparisons; the rounds are those the baseline comparisons planned. Data: contrasts.csv."
+    )
+    return ["## Arm against arm", "", *_table(header, rows), "", note, ""]
 
 
 def parity_table(parity: pd.DataFrame) -> list[str]:
@@ -481,6 +521,7 @@ def render_markdown(
     lines += vram_crosscheck(runs)
     lines += machine_state_line(runs)
     lines += precision_section(summary, sweep)
+    lines += contrast_section(tables.get("contrasts", pd.DataFrame()))
     lines += scaling_section(tables.get("scaling", pd.DataFrame()))
     lines += capacity_section(tables.get("capacity", pd.DataFrame()))
     lines += startup_section(runs, sweep.get("fork_server"))

@@ -167,6 +167,7 @@ class SweepConfig:
     out: str
     trainer_module: str
     arms: tuple[str, ...]
+    contrasts: tuple[tuple[str, str], ...]  # (arm, reference): arm-vs-arm comparisons
     repeats: int
     order: str
     order_seed: int
@@ -242,6 +243,8 @@ TOP_KEYS: dict[str, tuple] = {
     "out": (_STR, None),
     "trainer_module": (_STR, "specforge"),
     "arms": ("arms", ["baseline", "liger"]),
+    # arm-vs-arm comparisons beside each arm-vs-baseline one: [[arm, reference], ...]
+    "contrasts": ("contrasts", []),
     "repeats": (_INT, 3, 1),
     "order": (_STR, "interleaved"),
     "order_seed": (_INT, 0, None),
@@ -350,6 +353,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         raise fail(
             "repeats: not used with precision (pairs run from precision.min_pairs up to max_pairs); remove one"
         )
+    _check_contrasts(top["contrasts"], top["arms"], fail)
     top_precision = _precision(top["precision"], {}, "precision", fail)
     capacity = _capacity(top["capacity"], fail)
 
@@ -425,6 +429,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         out=top["out"],
         trainer_module=top["trainer_module"],
         arms=tuple(top["arms"]),
+        contrasts=tuple((a, r) for a, r in top["contrasts"]),
         repeats=top["repeats"],
         order=top["order"],
         order_seed=top["order_seed"],
@@ -448,6 +453,26 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         capacity=capacity,
         resolved=resolved,
     )
+
+
+def _check_contrasts(contrasts: list[list[str]], arms: list[str], fail) -> None:
+    """Each [arm, reference] names two different arms of the sweep, neither the baseline's
+    comparison again, each pair once."""
+    seen = set()
+    for i, (arm, ref) in enumerate(contrasts):
+        where = f"contrasts[{i}]"
+        for a in (arm, ref):
+            if a not in arms:
+                raise fail(f"{where}: {a!r} is not one of this sweep's arms ({', '.join(arms)})")
+        if arm == ref:
+            raise fail(f"{where}: compares {arm!r} with itself; name two different arms")
+        if "baseline" in (arm, ref):
+            raise fail(
+                f"{where}: every arm is already compared with the baseline (summary.csv); name two others"
+            )
+        if frozenset((arm, ref)) in seen:
+            raise fail(f"{where}: {arm} and {ref} are compared twice")
+        seen.add(frozenset((arm, ref)))
 
 
 def round_runs(cfg: SweepConfig, cell: Cell, repeat: int) -> list[tuple[str, str]]:
@@ -482,9 +507,10 @@ def plan(cfg: SweepConfig) -> list[Run]:
 
 
 def diff_resolved(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two resolved configs (``out`` is ignored). A
-    key the old config lacks because it was added to the schema later counts as its
-    default, so a sweep started by an older version resumes unless the key was changed."""
+    """Dotted keys whose values differ between two resolved configs (``out`` and ``contrasts``,
+    which change no run, are ignored: a resumed sweep takes the new ones). A key the old config
+    lacks because it was added to the schema later counts as its default, so a sweep started by
+    an older version resumes unless the key was changed."""
     keys: list[str] = []
     schema = (
         TOP_KEYS
@@ -494,7 +520,7 @@ def diff_resolved(old: dict, new: dict, prefix: str = "") -> list[str]:
         else {}
     )
     for key in sorted(set(old) | set(new), key=str):
-        if not prefix and key == "out":
+        if not prefix and key in ("out", "contrasts"):
             continue
         a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
         if key not in old and key in schema and schema[key][1] is not REQUIRED:
@@ -575,6 +601,7 @@ _EXPECT = {
     "argv": "a list of strings, the command's words (e.g. [srun, --nodes=2, --ntasks-per-node=1]; quote numbers)",
     "names": "a hardware name or a list of them (e.g. [h100, h200], cpu, any)",
     "arms": f"a list of arms from {', '.join(ARMS)}",
+    "contrasts": "a list of [arm, reference] pairs of the sweep's arms (e.g. [[liger_flce, liger]])",
     "ints": "a positive integer or a list of them",
     "set": "a mapping of training config keys to scalar values (e.g. {training.num_anchors: 512})",
     "cells": "a list of cells (config, batch_size, seq_len)",
@@ -635,6 +662,12 @@ def _check_value(value: Any, kind: str, bound: list, name: str, fail) -> Any:
         if "baseline" not in arms:
             raise fail(f"{name}: the baseline arm is missing; expected e.g. [baseline, liger]")
         return ["baseline", *(a for a in arms if a != "baseline")]  # baseline first
+    if kind == "contrasts":  # checked against the arms by the caller
+        if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(a, str) for a in p) for p in value
+        ):
+            raise bad()
+        return [list(p) for p in value]
     if kind in ("precision", "capacity"):  # mappings, checked against their schemas by the caller
         if not isinstance(value, dict):
             raise bad()

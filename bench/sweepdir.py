@@ -21,7 +21,7 @@ TERMINAL = ("ok", "oom", "error", "timeout", "skipped")
 AGGREGATE_OUTPUTS = (
     "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md",
     "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "scaling.csv", "scaling.png",
-    "capacity.csv", "capacity.png",
+    "capacity.csv", "capacity.png", "contrasts.csv",
 )  # fmt: skip
 
 

@@ -12,10 +12,12 @@ import pytest
 from scipy import stats
 
 from bench.aggregate import (
+    CONTRAST_COLUMNS,
     LOSS_PARITY_COLUMNS,
     RUNS_COLUMNS,
     SUMMARY_COLUMNS,
     VRAM_PER_CARD_COLUMNS,
+    contrast_table,
     load_runs,
     loss_parity_gaps,
     loss_parity_table,
@@ -308,6 +310,25 @@ def test_verdicts():
 
     wide = deltas(summary_table(runs_df([10.0, 10.0, 10.0], [10.5, 9.6, 10.3])))
     assert wide.verdict_speed.startswith("inconclusive: CI [") and "includes 0" in wide.verdict_speed
+
+
+def test_an_arm_against_another_is_paired_by_round(tmp_path):
+    """contrasts: [[liger, rmsnorm]]: liger's run against rmsnorm's of the same round; one round
+    where rmsnorm ran out of memory says so instead of a number."""
+    for rep, (t_liger, t_rms) in enumerate([(0.8, 1.0), (0.8, 1.0), (0.8, 1.0)]):
+        write_run(tmp_path, "baseline", rep, [1.2] * 4)
+        write_run(tmp_path, "liger", rep, [t_liger] * 4)
+        write_run(tmp_path, "rmsnorm", rep, [t_rms] * 4)
+    runs = runs_table(load_runs(tmp_path))
+    table = contrast_table(runs, [["liger", "rmsnorm"]])
+    assert list(table.columns) == CONTRAST_COLUMNS and len(table) == 1
+    row = table.iloc[0]
+    assert (row.arm, row.reference, row.n_pairs) == ("liger", "rmsnorm", 3)
+    assert row.delta_samples_per_s_pct == pytest.approx(25.0)  # (2 / 0.8) / (2 / 1.0)
+    assert row.verdict_speed == "faster"
+    oom = runs.assign(status=runs["status"].mask(runs["arm"] == "rmsnorm", "oom"))
+    assert contrast_table(oom, [["liger", "rmsnorm"]]).iloc[0].verdict_speed == "liger fits, rmsnorm OOM"
+    assert contrast_table(runs, []).empty
 
 
 # --- loss parity --------------------------------------------------------------------------------

@@ -154,6 +154,29 @@ def test_provenance_counts_the_drivers_cards_not_what_a_rank_saw(sweep):
     assert "NVIDIA H200 × 2 on the driver's machine" in (sweep / "report.md").read_text()
 
 
+def test_contrasts_get_a_csv_and_a_section(sweep):
+    for rep in (0, 1):  # a third arm, 0.4 / 0.36 = 1.111x the baseline; liger is 0.36 / 0.32 = 1.125x it
+        write_run(sweep, GPU_CELL, "rmsnorm", rep, 0.36, order_index=10 + rep, vram=vram(32.0))
+    info = json.loads((sweep / "sweep.json").read_text())
+    info["config"] = {"contrasts": [["liger", "rmsnorm"]]}
+    (sweep / "sweep.json").write_text(json.dumps(info))
+    out = build_report(sweep)
+    row = out["contrasts"].iloc[0]
+    assert (row.arm, row.reference, row.n_pairs) == ("liger", "rmsnorm", 2)
+    assert row.delta_samples_per_s_pct == pytest.approx(12.5)
+    assert row.delta_peak_vram_gib == pytest.approx(-2.0)
+    md = (sweep / "report.md").read_text()
+    assert "## Arm against arm" in md and "| liger | rmsnorm | 2 | +12.5% [+12.5, +12.5] |" in md
+    assert (sweep / "contrasts.csv").is_file()
+    info["config"] = {}
+    (sweep / "sweep.json").write_text(json.dumps(info))
+    build_report(sweep)  # no contrasts asked: no file, no section
+    assert (
+        not (sweep / "contrasts.csv").exists()
+        and "## Arm against arm" not in (sweep / "report.md").read_text()
+    )
+
+
 def test_report_without_sweep_json_or_vram(tmp_path):
     write_run(tmp_path, CPU_CELL, "baseline", 0, 0.5)
     write_run(tmp_path, CPU_CELL, "liger", 0, None, status="skipped", reason=SKIP_REASON)

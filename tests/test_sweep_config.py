@@ -192,6 +192,35 @@ def _bad(base: dict, tmp: Path) -> list[tuple[str, dict, str]]:
             base | {"cells": [cell | {"set": {"training.fused_adamw": False}}]},
             "use arms (adamw_foreach)",
         ),
+        (
+            "contrast shape",
+            base | {"contrasts": ["liger"]},
+            "contrasts: expected a list of [arm, reference] pairs",
+        ),
+        (
+            "contrast of an arm not run",
+            base | {"arms": ["baseline", "liger", "rmsnorm"], "contrasts": [["liger", "swiglu"]]},
+            "contrasts[0]: 'swiglu' is not one of this sweep's arms",
+        ),
+        (
+            "contrast with itself",
+            base | {"arms": ["baseline", "liger", "rmsnorm"], "contrasts": [["liger", "liger"]]},
+            "contrasts[0]: compares 'liger' with itself",
+        ),
+        (
+            "contrast with the baseline",
+            base | {"arms": ["baseline", "liger", "rmsnorm"], "contrasts": [["liger", "baseline"]]},
+            "contrasts[0]: every arm is already compared with the baseline",
+        ),
+        (
+            "contrast twice",
+            base
+            | {
+                "arms": ["baseline", "liger", "rmsnorm"],
+                "contrasts": [["liger", "rmsnorm"], ["rmsnorm", "liger"]],
+            },
+            "contrasts[1]: rmsnorm and liger are compared twice",
+        ),
     ]
 
 
@@ -237,6 +266,8 @@ def test_diff_resolved_names_keys(tmp_path, base):
     assert diff_resolved(older, a) == []
     assert diff_resolved(older, a | {"fork_server": False}) == ["fork_server"]
     assert diff_resolved(a, a | {"out": "elsewhere"}) == []
+    # contrasts change no run: a resumed sweep may ask for others (sweep.json takes the new ones)
+    assert diff_resolved(a, a | {"contrasts": [["liger", "rmsnorm"]]}) == []
 
 
 def test_format_set_value_round_trips_through_yaml():
