@@ -131,19 +131,28 @@ def _require_liger(key: str) -> str:
 
 def fused_linear_ce_fn():
     """Liger's functional fused linear cross-entropy (objective.liger_linear_ce's kernel), checked
-    up front: ConfigError when liger-kernel is missing, old, or its function lacks token accuracy."""
+    up front: ConfigError when liger-kernel is missing or old, when its function gives no token
+    accuracy, or when its per-token losses (reduction "none") cannot carry a per-token gradient
+    back: before the fix of liger-kernel PR #1298 every row's gradient was scaled by the first
+    row's weight, silently. The fixed forward takes ``token_grad_output``; that is what is checked."""
     key = "model.liger_fused_linear_ce"
     version = _require_liger(key)
     try:
+        from liger_kernel.ops.fused_linear_cross_entropy import fused_linear_cross_entropy_forward
         from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy as fn
     except ImportError as e:
         raise ConfigError(
-            f"{key}: cannot import liger_fused_linear_cross_entropy from liger-kernel {version} ({e})"
+            f"{key}: cannot import Liger's fused linear cross-entropy from liger-kernel {version} ({e})"
         ) from None
     if "return_token_accuracy" not in inspect.signature(fn).parameters:
         raise ConfigError(
             f"{key}: liger-kernel {version}'s liger_fused_linear_cross_entropy has no return_token_accuracy; "
             f"upgrade liger-kernel ({_install_hint()})"
+        )
+    if "token_grad_output" not in inspect.signature(fused_linear_cross_entropy_forward).parameters:
+        raise ConfigError(
+            f"{key}: liger-kernel {version} cannot weight per-token losses in its backward (reduction='none' "
+            f"gradients are wrong before liger-kernel PR #1298); upgrade liger-kernel ({_install_hint()})"
         )
     return fn
 

@@ -138,28 +138,19 @@ def liger_linear_ce(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Te
     """sum_i w_i * CE(h_i @ W^T, y_i) and the correct count, through Liger's fused linear
     cross-entropy: the same value and gradient as ``_LinearCE``.
 
-    Liger's kernel weighs tokens only through the scalar upstream gradient of a summed loss
-    (its per-token ``reduction="none"`` backward was wrong before liger-kernel PR #1298, and
-    recomputes the logits), so rows are grouped by weight: DFlash's decay gives one weight per
-    block position, at most B groups, each one fused call scaled by its weight.
+    One call over all scored rows with per-token losses (``reduction="none"``), weighted here;
+    Liger then takes the per-token upstream gradient in its backward, recomputing the logits
+    chunk by chunk (one more pass over the LM head than ``_LinearCE``, which computes the input
+    gradient in the forward). Versions whose backward cannot weight tokens are refused at start
+    (``specforge.liger.fused_linear_ce_fn``).
     """
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
-    values, group = torch.unique(w, return_inverse=True)
-    loss = torch.zeros((), device=hidden.device, dtype=torch.float32)
-    correct = torch.zeros((), device=hidden.device, dtype=torch.float32)
-    for k in range(values.numel()):
-        idx = (group == k).nonzero().squeeze(1)
-        out = liger_fused_linear_cross_entropy(
-            hidden.index_select(0, idx),
-            weight,
-            labels.index_select(0, idx),
-            reduction="sum",
-            return_token_accuracy=True,
-        )
-        loss = loss + values[k] * out.loss.float()
-        correct = correct + out.token_accuracy.detach().float() * idx.numel()
-    return loss, correct.round().long()
+    out = liger_fused_linear_cross_entropy(
+        hidden, weight, labels, reduction="none", return_token_accuracy=True
+    )
+    loss = (out.loss.float() * w).sum()
+    return loss, out.token_accuracy.detach().sum().round().long()
 
 
 def decayed_ce(

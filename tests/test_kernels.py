@@ -306,8 +306,10 @@ def test_the_loss_site_times_the_trainers_two_losses(monkeypatch):
     def fake_flce(input, weight, target, reduction="mean", return_token_accuracy=False, **_):
         logits = (input @ weight.T).float()
         loss = torch.nn.functional.cross_entropy(logits, target, reduction=reduction)
-        acc = (logits.argmax(-1) == target).float().mean()
-        return functional.CrossEntropyOutput(loss=loss, token_accuracy=acc)
+        acc = (logits.argmax(-1) == target).float()
+        return functional.CrossEntropyOutput(
+            loss=loss, token_accuracy=acc if reduction == "none" else acc.mean()
+        )
 
     monkeypatch.setattr(functional, "liger_fused_linear_cross_entropy", fake_flce)
     monkeypatch.setattr(liger, "fused_linear_ce_fn", lambda: fake_flce)

@@ -107,6 +107,18 @@ def test_fused_linear_ce_checks_name_their_key(monkeypatch):
     )
     with pytest.raises(ConfigError, match="has no return_token_accuracy; upgrade liger-kernel"):
         liger.fused_linear_ce_fn()
+    # a version whose per-token backward is wrong (no token_grad_output) is refused, not used
+    monkeypatch.setattr(
+        functional,
+        "liger_fused_linear_cross_entropy",
+        lambda input, weight, target, return_token_accuracy=False: 0,
+    )
+    ops = pytest.importorskip("liger_kernel.ops.fused_linear_cross_entropy")
+    monkeypatch.setattr(
+        ops, "fused_linear_cross_entropy_forward", lambda _input, weight, target, reduction="mean": 0
+    )
+    with pytest.raises(ConfigError, match="cannot weight per-token losses in its backward"):
+        liger.fused_linear_ce_fn()
 
 
 # -- Triton: one distribution of the `triton` module, the one torch uses -------------------

@@ -101,11 +101,12 @@ def test_decayed_ce_only_scored_positions():
     assert float(loss) == pytest.approx(sum(wi * ci for wi, ci in zip(w, ce)) / sum(w), rel=1e-6)
 
 
-def test_liger_fused_linear_ce_groups_rows_by_weight_and_gives_the_same_loss(monkeypatch):
-    """The liger_flce arm: Liger's fused linear CE, called once per distinct decay weight with
-    reduction="sum", reproduces the chunked objective's loss, accuracy and gradient. Liger's
-    Triton kernel cannot run on the CPU, so a stand-in with liger-kernel's functional signature
-    and return type (CrossEntropyOutput; token accuracy = mean over the rows) takes its place."""
+def test_liger_fused_linear_ce_weights_per_token_losses_and_gives_the_same_loss(monkeypatch):
+    """The liger_flce arm: one call of Liger's fused linear CE with per-token losses
+    (reduction="none"), weighted by the decay, reproduces the chunked objective's loss, accuracy
+    and gradient. Liger's Triton kernel cannot run on the CPU, so a stand-in with liger-kernel's
+    functional signature and return type (CrossEntropyOutput; per-token accuracy with
+    reduction "none") takes its place."""
     functional = pytest.importorskip("liger_kernel.transformers.functional")
     calls = []
 
@@ -116,7 +117,8 @@ def test_liger_fused_linear_ce_groups_rows_by_weight_and_gives_the_same_loss(mon
         calls.append((reduction, input.shape[0]))
         logits = (input @ weight.T).float()
         loss = torch.nn.functional.cross_entropy(logits, target, reduction=reduction)
-        acc = (logits.argmax(-1) == target).float().mean()
+        acc = (logits.argmax(-1) == target).float()
+        acc = acc if reduction == "none" else acc.mean()
         return functional.CrossEntropyOutput(loss=loss, token_accuracy=acc) if return_token_accuracy else loss
 
     monkeypatch.setattr(functional, "liger_fused_linear_cross_entropy", fake_flce)
@@ -139,5 +141,4 @@ def test_liger_fused_linear_ce_groups_rows_by_weight_and_gives_the_same_loss(mon
     assert n == ref_n and float(acc) == pytest.approx(float(ref_acc))
     torch.testing.assert_close(loss.double(), ref_loss.double(), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(hidden.grad, ref_hidden.grad, rtol=1e-5, atol=1e-7)
-    # one call per block position that is scored (k = 1..B-1), each a summed loss
-    assert [r for r, _ in calls] == ["sum"] * (block - 1) and sum(m for _, m in calls) == n
+    assert calls == [("none", n)]  # one call over every scored row: Liger's chunking sees them all
