@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "kernels",
-        help="time the modules the Liger arms swap (RMSNorm, SwiGLU MLP), stock vs Liger, at each cell's shapes",
+        help="time the modules the Liger arms swap (RMSNorm, SwiGLU MLP, LM head + CE), stock vs Liger, at each cell's shapes",
     )
     p.add_argument("config", help="sweep config YAML (e.g. configs/h200.yaml)")
     p.add_argument("--out", help="output directory (default: the config's `out` + '-kernels')")
