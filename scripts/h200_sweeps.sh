@@ -12,10 +12,13 @@
 #   arms      configs/h200-arms.yaml (baseline, rmsnorm, swiglu, liger; shares h200's caches)
 #   options   configs/h200-options.yaml (baseline, liger, liger_compile, sdpa, adamw_foreach)
 #   kernels   `python -m bench kernels configs/h200.yaml --profile` (both cells; Δ from h200)
+#   optkernels  the same for configs/h200-options.yaml (the 4B cell, the LM head + CE site; Δ from
+#             h200-options, whose report is rebuilt first)
 #   scaling   configs/h200x2-scaling.yaml (1 and 2 GPUs: the nvidia-h200-x2 machine)
 #   twonode   configs/h200x2-2node.yaml (two 1-GPU "nodes" on localhost: the x2 machine)
 #   x8        configs/h200x8.yaml (1, 2, 4, 8 GPUs: an 8-GPU machine)
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
+# STAGE:N caps that stage at N seconds (e.g. `options:300 optkernels`).
 # A stage stops cleanly at the deadline (SIGINT: the run in flight is dropped and redone on
 # the next call); call again to finish. Each sweep directory, without its data and compile
 # caches, goes to $OUT as a tarball; .gpu/state.tgz, when carried, restores them on a fresh
@@ -32,14 +35,16 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,persistence_mode --format=csv | tee -a $OUT/gpu.csv
 python3 --version | tee -a $OUT/gpu.csv
+cap=0  # the current stage's own cap in seconds (STAGE:N), 0 = none
 run_stage() {  # name command...
   local name=$1 t; shift; t=$(left)
+  if [ "$cap" -gt 0 ] && [ "$cap" -lt "$t" ]; then t=$cap; fi
   if [ "$t" -lt 60 ]; then echo "skip $name: ${t}s left"; return 0; fi
   echo "=== $name: up to ${t}s"
   ( time timeout -s INT "$t" "$@" ) 2>&1 | tee -a $OUT/$name.log
@@ -57,7 +62,8 @@ profile() {  # one warm 4B baseline run under cProfile, the sweep's caches
 }
 export W OUT
 export -f profile
-for stage in $stages; do
+for spec in $stages; do
+  stage=${spec%%:*}; cap=0; [ "$stage" != "$spec" ] && cap=${spec#*:}
   case $stage in
     h200) run_stage h200 make bench-h200 INSTALL= PYTHON=python3 OUT=$W/h200 ;;
     noise) run_stage h200-noise python3 -m bench sweep configs/h200-noise.yaml --out $W/h200-noise --resume ;;
@@ -66,6 +72,8 @@ for stage in $stages; do
     arms) run_stage h200-arms python3 -m bench sweep configs/h200-arms.yaml --out $W/h200-arms --resume ;;
     options) run_stage h200-options python3 -m bench sweep configs/h200-options.yaml --out $W/h200-options --resume ;;
     kernels) run_stage h200-kernels python3 -m bench kernels configs/h200.yaml --profile --reps 30 --out $W/h200-kernels --sweep-dir $W/h200 ;;
+    optkernels) [ -d $W/h200-options/runs ] && python3 -m bench report $W/h200-options >/dev/null  # its summary.csv, also when the sweep stopped at a deadline
+      run_stage h200-options-kernels python3 -m bench kernels configs/h200-options.yaml --profile --reps 30 --out $W/h200-options-kernels --sweep-dir $W/h200-options ;;
     twonode) run_stage h200x2-2node python3 -m bench sweep configs/h200x2-2node.yaml --out $W/h200x2-2node --resume ;;
     scaling) run_stage h200x2-scaling python3 -m bench sweep configs/h200x2-scaling.yaml --out $W/h200x2-scaling --resume ;;
     x8) run_stage h200x8 python3 -m bench sweep configs/h200x8.yaml --out $W/h200x8 --resume ;;
