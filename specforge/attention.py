@@ -117,18 +117,23 @@ def block_mask(anchors: torch.Tensor, keep: torch.Tensor, ctx_len: int, block_si
 
 
 _compiled_flex = None
+# Read once, outside any trace: torch.compile cannot trace packaging's Version (model.compile_layers).
+FLEX_KERNEL_OPTIONS = flex_kernel_options()
 
 
 def flex_attend(q, k, v, mask) -> torch.Tensor:
-    """Flex attention: compiled with the pinned kernel on GPU, eager on the CPU (forward only)."""
+    """Flex attention: eager on the CPU (forward only); on a GPU the pinned Triton kernel, through
+    its own torch.compile, or through the enclosing one when the layer itself is compiled."""
     global _compiled_flex
     from torch.nn.attention.flex_attention import flex_attention
 
+    if torch.compiler.is_compiling():  # inside a compiled layer: no nested compile
+        return flex_attention(q, k, v, block_mask=mask, enable_gqa=True, kernel_options=FLEX_KERNEL_OPTIONS)
     if q.device.type == "cpu":
         return flex_attention(q, k, v, block_mask=mask, enable_gqa=True)
     if _compiled_flex is None:
         _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    return _compiled_flex(q, k, v, block_mask=mask, enable_gqa=True, kernel_options=flex_kernel_options())
+    return _compiled_flex(q, k, v, block_mask=mask, enable_gqa=True, kernel_options=FLEX_KERNEL_OPTIONS)
 
 
 def sdpa_attend(q, k, v, mask) -> torch.Tensor:

@@ -116,3 +116,30 @@ def test_flex_and_sdpa_same_loss_through_the_draft():
             losses[backend] = objective.decayed_ce(out, head, blocks, 64)[0].item()
     assert keep[1].sum() < 12
     assert losses["sdpa"] == pytest.approx(losses["flex_attention"], abs=1e-5)
+
+
+def test_draft_with_compiled_layers_traces_flex_attention():
+    """model.compile_layers compiles each decoder layer, so torch.compile traces into flex_attend:
+    nothing there may be untraceable (a version parse under trace broke every compiled run on
+    the H200). Dynamo only (backend="eager", one graph per layer) on the CPU, forward."""
+    from specforge import objective
+    from specforge.config import load_profile
+    from specforge.draft import DFlashDraft
+
+    torch._dynamo.reset()
+    profile = load_profile("tiny")
+    draft = DFlashDraft(profile.draft, 2, profile.target.hidden_size, 512)
+    draft.init_weights(0)
+    gen = torch.Generator().manual_seed(3)
+    s = 96
+    mask = torch.ones(2, s, dtype=torch.uint8)
+    anchors, keep = objective.sample_anchors(mask, 8, gen)
+    feats = torch.randn(2, s, 2 * profile.target.hidden_size, generator=gen)
+    noise = torch.randn(2, 8 * profile.draft.block_size, profile.draft.hidden_size, generator=gen)
+    with torch.no_grad():
+        ref = draft(feats, noise, anchors, keep, "flex_attention")
+        for layer in draft.layers:
+            layer.compile(backend="eager", fullgraph=True)
+        out = draft(feats, noise, anchors, keep, "flex_attention")
+    torch._dynamo.reset()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
