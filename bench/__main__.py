@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also train each cell once per arm (baseline, Liger arms) with its last two steps under "
         "torch.profiler, and split a step's time into kernel buckets (kernel_buckets.csv/.png)",
     )
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="measure nothing: write kernels.md/.png (and the buckets) again from --out's kernels.csv and "
+        "profiles/, with the measured Δ read now from the sweep's summary.csv",
+    )
 
     sub.add_parser("detect", help="print the sweep config for this machine's hardware")
     return parser
@@ -127,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 reps=args.reps,
                 warmup=args.warmup,
                 profile=args.profile,
+                rebuild=args.rebuild,
                 argv=sys.argv[2:] if argv is None else argv[1:],
             )
         if args.command == "detect":

@@ -86,7 +86,7 @@ SUMMARY_COLUMNS = [
     "precision_target_pct", "pairs_planned", "pairs_wanted", "hit_pair_cap",
     "delta_peak_vram_gib", "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high",
     "delta_peak_vram_pct", "delta_torch_peak_allocated_gib",
-    "verdict_speed", "verdict_memory", "ci_method", *SUMMARY_PROVENANCE_COLUMNS,
+    "verdict_speed", "verdict_memory", "loss_parity", "ci_method", *SUMMARY_PROVENANCE_COLUMNS,
 ]  # fmt: skip
 
 LOSS_PARITY_COLUMNS = [
@@ -710,6 +710,31 @@ def loss_parity_table(records: list[RunRecord], default_tolerance: float = 1e-2)
             if row is not None:
                 rows.append(row)
     return pd.DataFrame(rows).reindex(columns=LOSS_PARITY_COLUMNS)
+
+
+def parity_verdict(rows: pd.DataFrame) -> str:
+    """One (cell, arm)'s loss parity in words: 'pass (n/n)' or 'FAIL in k of n pairs (...)'."""
+    if not len(rows):
+        return ""
+    failed = rows[~rows["passed"].astype(bool)]
+    if not len(failed):
+        return f"pass ({len(rows)}/{len(rows)})"
+    worst = failed["last_step_abs_delta"].max()
+    return (
+        f"FAIL in {len(failed)} of {len(rows)} pairs (|Δ loss| at the last step up to {worst:.3g}, "
+        f"tolerance {failed['tolerance'].iloc[0]:g})"
+    )
+
+
+def with_loss_parity(summary: pd.DataFrame, parity: pd.DataFrame) -> pd.DataFrame:
+    """summary.csv's loss_parity column from loss_parity.csv: a speed Δ of an arm that fails it
+    compares two different trainings."""
+    out = summary.copy()
+    out["loss_parity"] = [
+        parity_verdict(parity[(parity["cell_id"] == c) & (parity["arm"] == a)]) if len(parity) else ""
+        for c, a in zip(out["cell_id"], out["arm"], strict=True)
+    ]
+    return out.reindex(columns=SUMMARY_COLUMNS)
 
 
 def loss_parity_gaps(records: list[RunRecord]) -> list[str]:

@@ -110,6 +110,23 @@ def run_profiles(cfg: SweepConfig, plans: list, out_dir: Path, log=print) -> lis
     return records
 
 
+def load_profiles(plans: list, out_dir: Path) -> list[dict]:
+    """The records run_profiles made, read back from out_dir/profiles (kernels --rebuild); an arm
+    without a profile.json is recorded as not profiled. [] when no profile exists at all."""
+    root = out_dir / "profiles"
+    records = []
+    for plan in plans:
+        for arm in profile_arms():
+            path = root / f"{plan.cell.cell_id}_{arm}" / "profile.json"
+            rec = {"cell_id": plan.cell.cell_id, "arm": arm, "status": "ok", "reason": None, "profile": None}
+            if path.is_file():
+                rec["profile"] = json.loads(path.read_text())
+            else:
+                rec.update(status="skipped", reason=f"no {path.relative_to(out_dir)}")
+            records.append(rec)
+    return records if any(r["profile"] for r in records) else []
+
+
 def bucket_rows(records: list[dict]) -> pd.DataFrame:
     """kernel_buckets.csv: one row per cell x arm x bucket; a skipped or failed arm: one row per
     bucket with its status and reason and no times. Δ columns: arm minus the cell's baseline."""

@@ -748,11 +748,16 @@ def run_kernels(
     warmup: int = 10,
     argv: list[str] | None = None,
     profile: bool = False,
+    rebuild: bool = False,
 ) -> int:
-    """The ``kernels`` command (``profile``: also the per-arm profiler buckets, bench/kernel_buckets.py); SweepError (one line, exit 2) on bad input, before anything is written."""
+    """The ``kernels`` command (``profile``: also the per-arm profiler buckets, bench/kernel_buckets.py;
+    ``rebuild``: no measuring, see rebuild_kernels); SweepError (one line, exit 2) on bad input,
+    before anything is written."""
     from bench.kernel_report import plot_kernels, render_markdown, write_csv, write_csv_plain
     from bench.sweepdir import check_out_path, git_commit
 
+    if rebuild:
+        return rebuild_kernels(config, out, sweep_dir, argv)
     if not 3 <= reps <= MAX_REPS:
         raise SweepError(f"--reps: expected 3 to {MAX_REPS} (p20/p80 need a few), got {reps}")
     if not 0 <= warmup <= MAX_REPS:
@@ -823,6 +828,70 @@ def run_kernels(
 
         print("profiling a training step per cell and arm ...", flush=True)
         records = kernel_buckets.run_profiles(cfg, plans, out_dir, log=lambda line: print(line, flush=True))
+        buckets = kernel_buckets.bucket_rows(records)
+        write_csv_plain(buckets, out_dir / "kernel_buckets.csv")
+        kernel_buckets.plot_buckets(buckets, out_dir / "kernel_buckets.png")
+        text += "\n" + kernel_buckets.render_markdown(buckets, records)
+        written += list(kernel_buckets.OUTPUTS)
+    atomic_write_text(out_dir / "kernels.md", text)
+    print(f"wrote {', '.join(str(out_dir / n) for n in written)}")
+    return 0
+
+
+def rebuild_kernels(
+    config: str | Path, out: str | Path | None, sweep_dir: str | Path | None, argv: list[str] | None
+) -> int:
+    """``kernels --rebuild``: kernels.md and kernels.png again from an earlier run's kernels.csv and
+    profiles/, with the measured Δ read now from the sweep's summary.csv (e.g. when the attribution
+    ran before the sweep had finished). Measures nothing, so it runs anywhere."""
+    from bench import kernel_buckets
+    from bench.kernel_report import plot_kernels, render_markdown, write_csv_plain
+
+    cfg = load_config(config)
+    out_dir = Path(out) if out is not None else Path(f"{cfg.out.rstrip('/')}-kernels")
+    if not (out_dir / "kernels.csv").is_file():
+        raise SweepError(
+            f"--rebuild: no {out_dir / 'kernels.csv'}; run `python -m bench kernels` there first"
+        )
+    rows = pd.read_csv(out_dir / "kernels.csv")
+    if not len(rows):
+        raise SweepError(f"--rebuild: {out_dir / 'kernels.csv'} has no rows")
+    sweep_path = Path(sweep_dir) if sweep_dir is not None else Path(cfg.out)
+    measured = [c for c in cfg.cells if c.cell_id in set(rows["cell_id"])]
+    if not measured:
+        raise SweepError(f"--rebuild: {out_dir / 'kernels.csv'} holds no cell of {cfg.path}")
+    plans = [
+        plan_cell(cfg, c, str(rows.loc[rows["cell_id"] == c.cell_id, "device"].iloc[0])) for c in measured
+    ]
+    limits = {}
+    for (device, dtype), g in rows.groupby(["device", "dtype"], sort=False):
+        limits[(device, dtype)] = Limits(
+            device=device,
+            dtype=dtype,
+            copy_bytes_per_s=float(g["copy_gb_per_s"].iloc[0]) * 1e9,
+            copy_buffer_bytes=COPY_BYTES[device],
+            matmul_flops_per_s=float(g["matmul_tflops"].iloc[0]) * 1e12,
+            gemm_n=GEMM_N[device],
+        )
+    first = rows.iloc[0]
+    meta = {
+        "command": "python -m bench kernels "
+        + " ".join(argv if argv is not None else [str(config), "--rebuild"]),
+        "device_name": ", ".join(dict.fromkeys(str(d) for d in rows["device_name"])),
+        "date": f"rebuilt {datetime.now(timezone.utc).isoformat(timespec='seconds')} from kernels.csv",
+        "reps": int(first["reps"]),
+        "warmup": int(first["warmup"]),
+        "git_commit": f"{first['git_commit']} (the timings)",
+        "torch_version": first["torch_version"],
+        "transformers_version": first["transformers_version"],
+        "liger_version": first["liger_version"] if pd.notna(first["liger_version"]) else None,
+    }
+    timer_names = "; ".join(dict.fromkeys(str(t) for t in rows["timer"]))
+    plot_kernels(rows, plans, out_dir / "kernels.png")
+    text = render_markdown(cfg, plans, rows, limits, timer_names, meta, sweep_path, read_summary(sweep_path))
+    written = ["kernels.png", "kernels.md"]
+    records = kernel_buckets.load_profiles(plans, out_dir)
+    if records:
         buckets = kernel_buckets.bucket_rows(records)
         write_csv_plain(buckets, out_dir / "kernel_buckets.csv")
         kernel_buckets.plot_buckets(buckets, out_dir / "kernel_buckets.png")

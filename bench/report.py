@@ -33,6 +33,7 @@ from bench.aggregate import (
     scaling_table,
     summary_table,
     vram_per_card_table,
+    with_loss_parity,
 )
 from bench.capacity import capacity_table
 from bench.fileio import atomic_write_text, read_json
@@ -90,10 +91,13 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
         "loss_parity": loss_parity_table(records),
         "vram_per_card": vram_per_card_table(records),
     }
-    tables["summary"] = summary_table(
-        tables["runs"],
-        precision=sweep.get("precision_targets") or {},
-        equivalence_pct=_num(sweep.get("equivalence_pct")) if sweep.get("equivalence_pct") else 1.0,
+    tables["summary"] = with_loss_parity(
+        summary_table(
+            tables["runs"],
+            precision=sweep.get("precision_targets") or {},
+            equivalence_pct=_num(sweep.get("equivalence_pct")) if sweep.get("equivalence_pct") else 1.0,
+        ),
+        tables["loss_parity"],
     )
     paths = {f"{name}.csv": write_csv(df, sweep_dir / f"{name}.csv") for name, df in tables.items()}
     paths["throughput.png"] = plots.plot_throughput(tables["summary"], sweep_dir / "throughput.png")
@@ -258,6 +262,8 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
             )  # fmt: skip
             same = r.verdict_speed == r.verdict_memory  # e.g. "liger fits, baseline OOM"
             verdict = r.verdict_speed if same else f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
+            if str(r.loss_parity).startswith("FAIL"):  # not the same training: say so beside the speed
+                verdict += f"; loss parity {r.loss_parity}"
         if r.n_ok == 0:
             verdict = _not_run_reasons(runs, r.cell_id, r.arm)
             if r.arm != BASELINE_ARM and "OOM" in str(r.verdict_speed):
@@ -272,14 +278,23 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     return _table(MAIN_TABLE_HEADER, rows)
 
 
-def contrast_section(contrasts: pd.DataFrame) -> list[str]:
-    """Arm against arm (the sweep's ``contrasts``), paired by round like the baseline comparisons."""
+def contrast_section(contrasts: pd.DataFrame, summary: pd.DataFrame | None = None) -> list[str]:
+    """Arm against arm (the sweep's ``contrasts``), paired by round like the baseline comparisons;
+    an arm whose loss parity against the baseline fails (summary) is flagged here too."""
     if not len(contrasts):
         return []
+    parity = {}
+    if summary is not None and "loss_parity" in summary:
+        parity = {
+            (c, a): str(p) for c, a, p in zip(summary["cell_id"], summary["arm"], summary["loss_parity"])
+        }
     rows = []
     for r in contrasts.itertuples():
         same = r.verdict_speed == r.verdict_memory
         verdict = r.verdict_speed if same else f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
+        for arm in (r.arm, r.reference):
+            if parity.get((r.cell_id, arm), "").startswith("FAIL"):
+                verdict += f"; {arm}'s loss parity against the baseline FAILED"
         rows.append(
             [
                 _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _world(r.gpus, r.nodes),
@@ -521,7 +536,7 @@ def render_markdown(
     lines += vram_crosscheck(runs)
     lines += machine_state_line(runs)
     lines += precision_section(summary, sweep)
-    lines += contrast_section(tables.get("contrasts", pd.DataFrame()))
+    lines += contrast_section(tables.get("contrasts", pd.DataFrame()), summary)
     lines += scaling_section(tables.get("scaling", pd.DataFrame()))
     lines += capacity_section(tables.get("capacity", pd.DataFrame()))
     lines += startup_section(runs, sweep.get("fork_server"))

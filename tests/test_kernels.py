@@ -1,5 +1,6 @@
 """Kernel attribution (python -m bench kernels): the arithmetic, the shapes, the command on the CPU."""
 
+import json
 import math
 from collections import Counter
 
@@ -257,6 +258,35 @@ def test_kernels_on_the_cpu_end_to_end(tmp_path):
     assert "+12.0% [+10.0, +14.0]" in md  # the sweep's measured Δ beside the (skipped) prediction
     assert "+50 |" in md  # measured saving: 500 - 450 ms
     assert f"not predicted: {NO_GPU}" in md
+
+    # --rebuild: the sweep finished later (liger now +15%), and one arm had a profile; nothing is
+    # measured again, kernels.csv stays as it was
+    summary = pd.read_csv(sweep / "summary.csv")
+    summary.loc[summary["arm"] == "liger", "delta_samples_per_s_pct"] = 15.0
+    summary.to_csv(sweep / "summary.csv", index=False)
+    csv_before = (out / "kernels.csv").read_bytes()
+    prof = {"device": "cpu", "time_kind": "cpu", "steps": [2, 3],
+            "buckets": [{"bucket": "GEMM", "ms_per_step": 3.0, "share_pct": 100.0}]}  # fmt: skip
+    (out / "profiles" / f"{CPU_CELLS[0]}_baseline").mkdir(parents=True)
+    (out / "profiles" / f"{CPU_CELLS[0]}_baseline" / "profile.json").write_text(json.dumps(prof))
+    argv = ["kernels", str(CONFIGS / "cpu.yaml"), "--rebuild", "--out", str(out), "--sweep-dir", str(sweep)]
+    assert main(argv) == 0
+    assert (out / "kernels.csv").read_bytes() == csv_before
+    md = (out / "kernels.md").read_text()
+    assert "+15.0% [+10.0, +14.0]" in md and "+12.0%" not in md
+    assert "--rebuild" in md and "rebuilt" in md and "(the timings)" in md
+    assert "keys/values b·(S + N·B) = 320" in md  # the shapes, from the config as before
+    buckets = pd.read_csv(out / "kernel_buckets.csv")
+    base = buckets[(buckets["cell_id"] == CPU_CELLS[0]) & (buckets["arm"] == "baseline")]
+    assert base.loc[base["bucket"] == "GEMM", "device_ms_per_step"].iloc[0] == pytest.approx(3.0)
+    liger = buckets[(buckets["cell_id"] == CPU_CELLS[0]) & (buckets["arm"] == "liger")]
+    assert (liger["status"] == "skipped").all()
+
+
+def test_rebuild_without_a_measured_run_is_one_line(capsys, tmp_path):
+    err = _one_line_error(capsys, ["kernels", str(CONFIGS / "cpu.yaml"), "--rebuild", "--out", str(tmp_path)])
+    assert "--rebuild: no" in err and "kernels.csv" in err
+    assert not list(tmp_path.iterdir())
 
 
 def _one_line_error(capsys, argv: list[str]) -> str:

@@ -24,7 +24,8 @@ SKIP_REASON = "liger arm skipped: Liger's Triton kernels need a GPU"
 
 
 def write_run(sweep: Path, cell_id: str, arm: str, repeat: int, step_time: float | None, **kw) -> None:
-    """A run directory: ``step_time`` None writes no metrics; kw: status, reason, vram, order_index."""
+    """A run directory: ``step_time`` None writes no metrics; kw: status, reason, vram, order_index,
+    loss_offset (added to every step's loss)."""
     run_id = f"{cell_id}_{arm}_r{repeat}"
     d = sweep / "runs" / run_id
     d.mkdir(parents=True)
@@ -42,7 +43,7 @@ def write_run(sweep: Path, cell_id: str, arm: str, repeat: int, step_time: float
     (d / "run.json").write_text(json.dumps(run))
     if step_time is not None:
         rows = [
-            {"step": i, "loss": 7.0 - 0.1 * i, "accuracy": 0.1, "step_time_s": 9.0 if i <= 3 else step_time,
+            {"step": i, "loss": 7.0 - 0.1 * i + kw.get("loss_offset", 0.0), "accuracy": 0.1, "step_time_s": 9.0 if i <= 3 else step_time,
              "samples": 4, "tokens": 4 * seq, "torch_peak_allocated_gib": 3.0, "torch_peak_reserved_gib": 4.0}
             for i in range(1, 9)
         ]  # fmt: skip
@@ -175,6 +176,36 @@ def test_contrasts_get_a_csv_and_a_section(sweep):
         not (sweep / "contrasts.csv").exists()
         and "## Arm against arm" not in (sweep / "report.md").read_text()
     )
+
+
+def test_an_arm_that_fails_loss_parity_is_flagged_beside_its_speed(sweep):
+    # a faster arm that trains differently (its loss 0.3 off the baseline's, tolerance 0.01)
+    for rep in (0, 1):
+        write_run(
+            sweep, GPU_CELL, "liger_compile", rep, 0.3, order_index=10 + rep, vram=vram(30.0), loss_offset=0.3
+        )
+    info = json.loads((sweep / "sweep.json").read_text())
+    info["config"] = {"contrasts": [["liger_compile", "liger"]]}
+    (sweep / "sweep.json").write_text(json.dumps(info))
+    out = build_report(sweep)
+    parity = out["summary"].set_index(["cell_id", "arm"])["loss_parity"]
+    assert parity[(GPU_CELL, "liger")] == "pass (2/2)"
+    assert parity[(GPU_CELL, "liger_compile")] == (
+        "FAIL in 2 of 2 pairs (|Δ loss| at the last step up to 0.3, tolerance 0.01)"
+    )
+    assert pd.isna(parity[(GPU_CELL, "baseline")]) or parity[(GPU_CELL, "baseline")] == ""
+    assert list(pd.read_csv(sweep / "summary.csv").columns) == SUMMARY_COLUMNS
+    md = (sweep / "report.md").read_text()
+    row = next(
+        line for line in md.splitlines() if line.startswith("| p | offline") and "| liger_compile |" in line
+    )
+    assert "loss parity FAIL in 2 of 2 pairs" in row
+    liger_row = next(
+        line for line in md.splitlines() if line.startswith("| p | offline") and "| liger |" in line
+    )
+    assert "loss parity" not in liger_row
+    contrast = next(line for line in md.splitlines() if "| liger_compile | liger |" in line)
+    assert "liger_compile's loss parity against the baseline FAILED" in contrast
 
 
 def test_report_without_sweep_json_or_vram(tmp_path):
