@@ -753,7 +753,7 @@ def run_kernels(
     """The ``kernels`` command (``profile``: also the per-arm profiler buckets, bench/kernel_buckets.py;
     ``rebuild``: no measuring, see rebuild_kernels); SweepError (one line, exit 2) on bad input,
     before anything is written."""
-    from bench.kernel_report import plot_kernels, render_markdown, write_csv, write_csv_plain
+    from bench.kernel_report import plot_kernels, render_markdown, write_csv
     from bench.sweepdir import check_out_path, git_commit
 
     if rebuild:
@@ -822,17 +822,26 @@ def run_kernels(
     write_csv(rows, out_dir / "kernels.csv")
     plot_kernels(rows, plans, out_dir / "kernels.png")
     text = render_markdown(cfg, plans, rows, limits, timer_names, meta, sweep_path, summary)
-    written = list(OUTPUTS)
+    records: list[dict] = []
     if profile:
         from bench import kernel_buckets
 
         print("profiling a training step per cell and arm ...", flush=True)
         records = kernel_buckets.run_profiles(cfg, plans, out_dir, log=lambda line: print(line, flush=True))
+    return _write_report(out_dir, text, list(OUTPUTS), records)
+
+
+def _write_report(out_dir: Path, text: str, written: list[str], records: list[dict]) -> int:
+    """kernels.md (with the bucket section and its CSV/plot when there are profile records)."""
+    if records:
+        from bench import kernel_buckets
+        from bench.kernel_report import write_csv_plain
+
         buckets = kernel_buckets.bucket_rows(records)
         write_csv_plain(buckets, out_dir / "kernel_buckets.csv")
         kernel_buckets.plot_buckets(buckets, out_dir / "kernel_buckets.png")
         text += "\n" + kernel_buckets.render_markdown(buckets, records)
-        written += list(kernel_buckets.OUTPUTS)
+        written = [*written, *kernel_buckets.OUTPUTS]
     atomic_write_text(out_dir / "kernels.md", text)
     print(f"wrote {', '.join(str(out_dir / n) for n in written)}")
     return 0
@@ -845,7 +854,7 @@ def rebuild_kernels(
     profiles/, with the measured Δ read now from the sweep's summary.csv (e.g. when the attribution
     ran before the sweep had finished). Measures nothing, so it runs anywhere."""
     from bench import kernel_buckets
-    from bench.kernel_report import plot_kernels, render_markdown, write_csv_plain
+    from bench.kernel_report import plot_kernels, render_markdown
 
     cfg = load_config(config)
     out_dir = Path(out) if out is not None else Path(f"{cfg.out.rstrip('/')}-kernels")
@@ -889,14 +898,6 @@ def rebuild_kernels(
     timer_names = "; ".join(dict.fromkeys(str(t) for t in rows["timer"]))
     plot_kernels(rows, plans, out_dir / "kernels.png")
     text = render_markdown(cfg, plans, rows, limits, timer_names, meta, sweep_path, read_summary(sweep_path))
-    written = ["kernels.png", "kernels.md"]
-    records = kernel_buckets.load_profiles(plans, out_dir)
-    if records:
-        buckets = kernel_buckets.bucket_rows(records)
-        write_csv_plain(buckets, out_dir / "kernel_buckets.csv")
-        kernel_buckets.plot_buckets(buckets, out_dir / "kernel_buckets.png")
-        text += "\n" + kernel_buckets.render_markdown(buckets, records)
-        written += list(kernel_buckets.OUTPUTS)
-    atomic_write_text(out_dir / "kernels.md", text)
-    print(f"wrote {', '.join(str(out_dir / n) for n in written)}")
-    return 0
+    return _write_report(
+        out_dir, text, ["kernels.png", "kernels.md"], kernel_buckets.load_profiles(plans, out_dir)
+    )
