@@ -10,7 +10,7 @@
 #   capacity  `python -m bench capacity configs/h200-capacity.yaml` (shares h200's caches)
 #   capseq    `python -m bench capacity configs/h200-capacity-seq.yaml` (sequence axis)
 #   arms      configs/h200-arms.yaml (baseline, rmsnorm, swiglu, liger; shares h200's caches)
-#   options   configs/h200-options.yaml (baseline, liger, liger_compile, sdpa, adamw_foreach)
+#   options   configs/h200-options.yaml (baseline, liger, liger_compile, liger_flce, sdpa, adamw_foreach)
 #   kernels   `python -m bench kernels configs/h200.yaml --profile` (both cells; Δ from h200)
 #   compile   configs/h200-compile.yaml (baseline, liger, liger_compile; 5 pairs)
 #   optkernels  the same for configs/h200-options.yaml (the 4B cell, the LM head + CE site; Δ from
