@@ -55,7 +55,9 @@ def main() -> None:
     for attention in backends:
         t0 = time.monotonic()
         eager[attention] = loss(attention)
-        print(f"{attention:15s} eager              loss {eager[attention]:.6f}  ({time.monotonic() - t0:.0f} s)")
+        print(
+            f"{attention:15s} eager              loss {eager[attention]:.6f}  ({time.monotonic() - t0:.0f} s)"
+        )
     for layer in draft.layers:
         layer.compile(backend=args.backend)
     for attention in backends:

@@ -13,6 +13,7 @@
 #   options   configs/h200-options.yaml (baseline, liger, liger_compile, liger_flce, sdpa, adamw_foreach)
 #   kernels   `python -m bench kernels configs/h200.yaml --profile` (both cells; Δ from h200)
 #   compile   configs/h200-compile.yaml (baseline, liger, liger_compile; 5 pairs)
+#   cparity   configs/h200-compile-parity.yaml (+ compile without Liger; 3 pairs; loss parity)
 #   optkernels  the same for configs/h200-options.yaml (the 4B cell, the LM head + CE site; Δ from
 #             h200-options, whose report is rebuilt first)
 #   scaling   configs/h200x2-scaling.yaml (1 and 2 GPUs: the nvidia-h200-x2 machine)
@@ -36,7 +37,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -74,6 +75,7 @@ for spec in $stages; do
     options) run_stage h200-options python3 -m bench sweep configs/h200-options.yaml --out $W/h200-options --resume ;;
     kernels) run_stage h200-kernels python3 -m bench kernels configs/h200.yaml --profile --reps 30 --out $W/h200-kernels --sweep-dir $W/h200 ;;
     compile) run_stage h200-compile python3 -m bench sweep configs/h200-compile.yaml --out $W/h200-compile --resume ;;
+    cparity) run_stage h200-compile-parity python3 -m bench sweep configs/h200-compile-parity.yaml --out $W/h200-compile-parity --resume ;;
     optkernels) [ -d $W/h200-options/runs ] && python3 -m bench report $W/h200-options >/dev/null  # its summary.csv, also when the sweep stopped at a deadline
       run_stage h200-options-kernels python3 -m bench kernels configs/h200-options.yaml --profile --reps 30 --out $W/h200-options-kernels --sweep-dir $W/h200-options ;;
     twonode) run_stage h200x2-2node python3 -m bench sweep configs/h200x2-2node.yaml --out $W/h200x2-2node --resume ;;
