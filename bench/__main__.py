@@ -73,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sweep-dir",
         help="the sweep's output directory, whose summary.csv gives the measured Δ (default: the config's `out`)",
     )
-    p.add_argument("--reps", type=int, default=50, help="timed repetitions per module (default 50)")
-    p.add_argument("--warmup", type=int, default=10, help="untimed repetitions first (default 10)")
+    p.add_argument("--reps", type=int, help="timed repetitions per module (default 50)")
+    p.add_argument("--warmup", type=int, help="untimed repetitions first (default 10)")
     p.add_argument(
         "--profile",
         action="store_true",

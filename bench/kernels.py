@@ -40,6 +40,7 @@ from bench.fileio import atomic_write_text
 from bench.sweep_config import ARM_OPTIONS, Cell, SweepConfig, SweepError, format_set_value, load_config
 
 OUTPUTS = ("kernels.csv", "kernels.png", "kernels.md")
+DEFAULT_REPS, DEFAULT_WARMUP = 50, 10
 KINDS = {"rmsnorm": "RMSNorm", "swiglu": "SwiGLU MLP", "loss": "LM head + CE"}
 IMPLS = ("stock", "liger")
 MIB = 2**20
@@ -744,8 +745,8 @@ def run_kernels(
     out: str | Path | None = None,
     cells: list[str] | None = None,
     sweep_dir: str | Path | None = None,
-    reps: int = 50,
-    warmup: int = 10,
+    reps: int | None = None,
+    warmup: int | None = None,
     argv: list[str] | None = None,
     profile: bool = False,
     rebuild: bool = False,
@@ -757,7 +758,18 @@ def run_kernels(
     from bench.sweepdir import check_out_path, git_commit
 
     if rebuild:
+        given = [
+            f for f, v in (("--cell", cells or None), ("--reps", reps), ("--warmup", warmup)) if v is not None
+        ]
+        given += ["--profile"] if profile else []
+        if given:
+            raise SweepError(
+                f"--rebuild measures nothing, so {', '.join(given)} cannot apply; drop "
+                f"{'it' if len(given) == 1 else 'them'} (it rebuilds every cell in kernels.csv)"
+            )
         return rebuild_kernels(config, out, sweep_dir, argv)
+    reps = DEFAULT_REPS if reps is None else reps
+    warmup = DEFAULT_WARMUP if warmup is None else warmup
     if not 3 <= reps <= MAX_REPS:
         raise SweepError(f"--reps: expected 3 to {MAX_REPS} (p20/p80 need a few), got {reps}")
     if not 0 <= warmup <= MAX_REPS:

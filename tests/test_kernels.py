@@ -289,6 +289,22 @@ def test_rebuild_without_a_measured_run_is_one_line(capsys, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_rebuild_refuses_the_measuring_options(capsys, tmp_path):
+    argv = [
+        "kernels",
+        str(CONFIGS / "cpu.yaml"),
+        "--rebuild",
+        "--out",
+        str(tmp_path),
+        "--profile",
+        "--reps",
+        "5",
+    ]
+    err = _one_line_error(capsys, argv)
+    assert "--rebuild measures nothing, so --reps, --profile cannot apply" in err
+    assert not list(tmp_path.iterdir())
+
+
 def _one_line_error(capsys, argv: list[str]) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

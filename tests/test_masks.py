@@ -120,8 +120,9 @@ def test_flex_and_sdpa_same_loss_through_the_draft():
 
 def test_draft_with_compiled_layers_traces_flex_attention():
     """model.compile_layers compiles each decoder layer, so torch.compile traces into flex_attend:
-    nothing there may be untraceable (a version parse under trace broke every compiled run on
-    the H200). Dynamo only (backend="eager", one graph per layer) on the CPU, forward."""
+    one graph per layer, the same values as eager. Dynamo only (backend="eager"), forward, on the
+    CPU. (On the H200, torch 2.11's Dynamo could not trace the version parse that flex_attend then
+    made; the torch here can, so that failure itself does not reproduce on the CPU.)"""
     from specforge import objective
     from specforge.config import load_profile
     from specforge.draft import DFlashDraft
