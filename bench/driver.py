@@ -50,6 +50,7 @@ from bench.sweepdir import (
     clear_results,
     compile_cache_dir,
     is_finished,
+    prime_dir,
     run_dir,
     take_lock,
     update_sweep_json,
@@ -234,13 +235,14 @@ def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> i
         progress = console.Progress(total=len(pilot), done=len(pilot) - len(todo))
         # the fork server starts once, before the first run that launches (printed above the bar)
         server = functools.cache(lambda: start_fork_server(cfg, out_dir, compile_dir, info, progress.write))
+        primed: set[tuple[str, str]] = set()  # (cell, arm) primed by this invocation
         try:
-            _run_pending(cfg, pilot, out_dir, skip, caches, compile_dir, progress, server)
+            _run_pending(cfg, pilot, out_dir, skip, caches, compile_dir, progress, server, primed)
             if any(c.precision for c in cfg.cells):
                 runs = _extend_by_precision(cfg, out_dir, progress)
                 more = [r for r in runs if not (r.liger and skip)]
                 caches.update(_prepare_caches(cfg, out_dir, more, known=caches))
-                _run_pending(cfg, runs, out_dir, skip, caches, compile_dir, progress, server)
+                _run_pending(cfg, runs, out_dir, skip, caches, compile_dir, progress, server, primed)
         finally:
             progress.close()
     except KeyboardInterrupt:
@@ -257,18 +259,43 @@ def _execute(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> i
     return rc
 
 
-def _run_pending(cfg, runs, out_dir, skip, caches, compile_dir, progress: console.Progress, server) -> None:
+def _run_pending(
+    cfg, runs, out_dir, skip, caches, compile_dir, progress: console.Progress, server, primed=None
+) -> None:
     """Run the unfinished runs in order; ``server()`` starts the fork server before the first
-    run that launches (a resumed sweep with nothing left to run never starts it)."""
+    run that launches (a resumed sweep with nothing left to run never starts it). With
+    ``prime_runs``, a (cell, arm)'s first pending run in this invocation is preceded by its
+    priming runs (``primed`` holds those done)."""
+    primed = set() if primed is None else primed
     for run in runs:
         if is_finished(run_dir(out_dir, run)):
             continue
         if not (run.liger and skip):
             server()
+            if cfg.prime_runs and (run.cell.cell_id, run.arm) not in primed:
+                primed.add((run.cell.cell_id, run.arm))
+                _prime(cfg, run, out_dir, skip, caches, compile_dir, progress)
         progress.start(run)
         t0 = time.monotonic()
         line = execute_run(cfg, run, out_dir, skip, caches, progress.ticker(run, out_dir), compile_dir)
         progress.done(run, line, time.monotonic() - t0)
+
+
+def prime_runs(cfg: SweepConfig, run: Run) -> list[Run]:
+    """The discarded runs that precede ``run``'s (cell, arm) (sweep key prime_runs)."""
+    stem = f"{run.cell.cell_id}_{run.arm}"
+    return [Run(f"{stem}_prime{i}", run.cell, run.arm, 0, -1) for i in range(1, cfg.prime_runs + 1)]
+
+
+def _prime(cfg, run, out_dir, skip, caches, compile_dir, progress: console.Progress) -> None:
+    """Run ``run``'s priming runs under prime/ (not runs/: no table, pair or verdict reads them).
+    They fill the compile and autotune caches, so that no measured run compiles a kernel inside
+    its measured steps; their outcome is printed and kept, and does not stop the sweep."""
+    for p in prime_runs(cfg, run):
+        progress.start(p)
+        t0 = time.monotonic()
+        line = execute_run(cfg, p, out_dir, skip, caches, None, compile_dir, rdir=prime_dir(out_dir, p))
+        progress.write(f"{p.run_id}: {line} ({time.monotonic() - t0:.0f} s, discarded: it primes the caches)")
 
 
 def _extend_by_precision(cfg: SweepConfig, out_dir: Path, progress: console.Progress) -> list[Run]:
@@ -301,9 +328,10 @@ def execute_run(
     caches: dict,
     tick=None,
     compile_dir: Path | None = None,
+    rdir: Path | None = None,
 ) -> str:
-    """Run one planned run in a fresh directory; returns a one-line outcome."""
-    rdir = run_dir(out_dir, run)
+    """Run one planned run in a fresh directory (default its runs/ directory); returns a one-line outcome."""
+    rdir = rdir if rdir is not None else run_dir(out_dir, run)
     if rdir.exists():
         shutil.rmtree(rdir)
     rdir.mkdir(parents=True)
@@ -720,6 +748,11 @@ def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_proble
         print(f"{len(runs)} runs = {len(cfg.cells)} cells x {len(cfg.arms)} arms x {cfg.repeats} repeats")
     if cfg.contrasts:
         print("also compared: " + ", ".join(f"{a} against {r}" for a, r in cfg.contrasts) + " (contrasts)")
+    if cfg.prime_runs:
+        print(
+            f"plus {cfg.prime_runs} discarded priming run(s) per cell and arm before its first measured run "
+            f"({cfg.prime_runs * len(cfg.cells) * len(cfg.arms)} in all, under prime/; again on a resume)"
+        )
     if cfg.nodes > 1:
         print(
             f"{cfg.nodes} nodes per run, started by `{shlex.join(cfg.launcher)}`; rendezvous at "

@@ -157,7 +157,11 @@ def _boot_id() -> str | None:
 
 def reap_stale(out_dir: Path) -> None:
     """Kill process groups that a killed driver left running in this sweep (this host, this boot)."""
-    launches = [*out_dir.glob("runs/*/launch.json"), *out_dir.glob("cache/*.launch.json")]
+    launches = [
+        *out_dir.glob("runs/*/launch.json"),
+        *out_dir.glob("prime/*/launch.json"),  # priming runs (sweep key prime_runs)
+        *out_dir.glob("cache/*.launch.json"),
+    ]
     for path in launches:
         rec = read_json(path)
         if not isinstance(rec, dict) or "exit_code" in rec or not isinstance(rec.get("pgid"), int):

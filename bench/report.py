@@ -384,6 +384,13 @@ def _method(sweep: dict, records: list[RunRecord], runs: pd.DataFrame, summary: 
         if len(warm)
         else "Runs compile from scratch (no shared compile cache)."
     )
+    prime = (sweep.get("config") or {}).get("prime_runs") or 0
+    if isinstance(prime, int) and prime > 0:
+        cache += (
+            f" Before the first measured run of each cell and arm, every invocation of the sweep ran {prime} "
+            "discarded priming run(s) of it (prime/), so that no measured run compiles a kernel inside its "
+            "measured steps."
+        )
     return [
         f"**Method.** {steps} optimizer steps per run, the first {warmup} dropped as warm-up; samples/s = total "
         f"samples ÷ total steady-state step time. The unit of replication is the run (a process): a pair is "

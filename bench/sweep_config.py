@@ -188,6 +188,7 @@ class SweepConfig:
     equivalence_pct: float
     compile_cache: bool
     fork_server: bool
+    prime_runs: int  # discarded runs per (cell, arm) before the measured ones (hyperfine's --warmup)
     precision: Precision | None
     capacity: Capacity | None
     resolved: dict[str, Any]  # every key with its default filled in; stored in sweep.json
@@ -237,6 +238,7 @@ _INT, _NUM, _STR = "int", "number", "str"
 
 # key: (kind, default, lower bound, whether the bound is exclusive); REQUIRED marks no default.
 REQUIRED = object()
+MAX_PRIME_RUNS = 3
 TOP_KEYS: dict[str, tuple] = {
     "name": (_STR, REQUIRED),
     "hardware": ("names", REQUIRED),
@@ -263,6 +265,8 @@ TOP_KEYS: dict[str, tuple] = {
     "equivalence_pct": (_NUM, 1.0, 0, True),
     "compile_cache": ("bool", True),
     "fork_server": ("bool", True),  # single-process runs fork from a server with the trainer imported
+    # discarded runs per (cell, arm) before the measured ones, to fill the compile/autotune caches
+    "prime_runs": (_INT, 0, 0),
     "capacity": ("capacity", None),
     "cells": ("cells", REQUIRED),
 }
@@ -329,6 +333,10 @@ def validate(raw: Any, path: Path) -> SweepConfig:
     if top["warmup_steps"] >= top["steps"]:
         raise fail(
             f"warmup_steps: {top['warmup_steps']} leaves no steady-state steps; expected less than steps ({top['steps']})"
+        )
+    if top["prime_runs"] > MAX_PRIME_RUNS:
+        raise fail(
+            f"prime_runs: expected 0 to {MAX_PRIME_RUNS} (discarded runs per cell and arm), got {top['prime_runs']}"
         )
     if top["poll_interval_s"] > 1.0:
         raise fail(f"poll_interval_s: expected at most 1.0 s, got {top['poll_interval_s']}")
@@ -449,6 +457,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         equivalence_pct=float(top["equivalence_pct"]),
         compile_cache=top["compile_cache"],
         fork_server=top["fork_server"],
+        prime_runs=top["prime_runs"],
         precision=top_precision,
         capacity=capacity,
         resolved=resolved,

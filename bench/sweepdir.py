@@ -40,6 +40,11 @@ def run_dir(out_dir: Path, run: Run) -> Path:
     return out_dir / "runs" / run.run_id
 
 
+def prime_dir(out_dir: Path, run: Run) -> Path:
+    """Where a priming run goes (sweep key prime_runs): beside runs/, never read as a result."""
+    return out_dir / "prime" / run.run_id
+
+
 def cache_dir_for(out_dir: Path, cell: Cell) -> Path | None:
     """The offline hidden-state cache a cell reads (None for online cells)."""
     return out_dir / "cache" / cell.cache_key() if cell.mode == "offline" else None
@@ -112,8 +117,9 @@ def take_lock(out_dir: Path) -> int:
 
 
 def clear_results(out_dir: Path) -> None:
-    """--force: delete runs/ and the aggregation outputs; cache/ stays."""
+    """--force: delete runs/, prime/ and the aggregation outputs; cache/ stays."""
     shutil.rmtree(out_dir / "runs", ignore_errors=True)
+    shutil.rmtree(out_dir / "prime", ignore_errors=True)
     for path in [out_dir / "sweep.json", *(out_dir / n for n in AGGREGATE_OUTPUTS)]:
         path.unlink(missing_ok=True)
 

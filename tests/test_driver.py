@@ -502,3 +502,48 @@ def test_kill_dash_9_then_resume(tmp_path):
     for pgid in launched_groups(out):
         assert not driver.group_alive(pgid)
     assert len(read_json(out / "sweep.json")["resumes"]) == 1
+
+
+# ---------------------------------------------------------------- priming runs (prime_runs)
+
+
+def test_priming_runs_go_first_per_arm_and_never_into_the_results(tmp_path, fakes, capsys):
+    tc = train_configs(tmp_path)
+    cell = {"config": tc["online"], "batch_size": 1, "seq_len": 32}
+    cfg = sweep_file(tmp_path, [cell], arms=["baseline", "aa"], repeats=2, prime_runs=1)
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out), "--dry-run"]) == 0
+    assert "plus 1 discarded priming run(s) per cell and arm" in capsys.readouterr().out
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    stem = "tiny_online_bs1_s32"
+    primes = sorted(p.name for p in (out / "prime").iterdir())
+    assert primes == [f"{stem}_aa_prime1", f"{stem}_baseline_prime1"]
+    assert all(read_json(out / "prime" / p / "run.json")["status"] == "ok" for p in primes)
+    assert sorted(statuses(out)) == [f"{stem}_{a}_r{r}" for a in ("aa", "baseline") for r in (1, 2)]
+    lines = [line for line in printed.splitlines() if line.startswith(stem)]
+    for arm in ("baseline", "aa"):  # each arm's priming run comes before its first measured run
+        first = next(i for i, line in enumerate(lines) if line.startswith(f"{stem}_{arm}_r"))
+        prime = next(i for i, line in enumerate(lines) if line.startswith(f"{stem}_{arm}_prime1: ok"))
+        assert prime < first and "discarded" in lines[prime]
+
+    # a resume primes again only the arms that still have runs to do (the caches may be cold now)
+    started = {p: read_json(out / "prime" / p / "launch.json")["start_time"] for p in primes}
+    (out / "runs" / f"{stem}_aa_r2" / "run.json").unlink()
+    time.sleep(1.1)  # start_time has one-second resolution
+    assert main(["sweep", str(cfg), "--out", str(out), "--resume"]) == 0
+    again = {p: read_json(out / "prime" / p / "launch.json")["start_time"] for p in primes}
+    assert again[f"{stem}_aa_prime1"] != started[f"{stem}_aa_prime1"]
+    assert again[f"{stem}_baseline_prime1"] == started[f"{stem}_baseline_prime1"]
+    assert len(statuses(out)) == 4
+
+    assert main(["sweep", str(cfg), "--out", str(out), "--force"]) == 0  # --force starts prime/ over too
+    assert sorted(p.name for p in (out / "prime").iterdir()) == primes
+
+
+def test_prime_runs_out_of_range_is_one_line(tmp_path, fakes, capsys):
+    tc = train_configs(tmp_path)
+    cfg = sweep_file(tmp_path, [{"config": tc["online"], "batch_size": 1, "seq_len": 32}], prime_runs=4)
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "prime_runs: expected 0 to 3" in err and "\n" not in err
