@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 try:
-    from bench.sweep_config import SweepError
+    from bench.config.sweep import SweepError
 except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback
     print(
         f"error: this Python ({sys.executable}) lacks {getattr(_e, 'name', None) or _e}: run `make install`, "
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command in ("sweep", "capacity"):
-            from bench import driver
+            from bench.run import sweep as driver
 
             return driver.run_sweep(
                 args.config,
@@ -107,13 +107,13 @@ def main(argv: list[str] | None = None) -> int:
                 capacity=args.command == "capacity",
             )
         if args.command == "report":
-            from bench import driver
+            from bench.run import sweep as driver
 
             if not (Path(args.dir) / "runs").is_dir():
                 raise SweepError(f"{args.dir}: no runs/ directory; expected the output directory of a sweep")
             return driver.report(Path(args.dir))
         if args.command == "compare":
-            from bench.compare import compare
+            from bench.results.compare import compare
 
             try:
                 result = compare(args.a, args.b, out_dir=args.out)
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(result)
             return 0
         if args.command == "kernels":
-            from bench.kernels import run_kernels
+            from bench.kernels.measure import run_kernels
 
             return run_kernels(
                 args.config,
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 argv=sys.argv[2:] if argv is None else argv[1:],
             )
         if args.command == "detect":
-            from bench.hardware import main_detect
+            from bench.probe.hardware import main_detect
 
             rc = main_detect()
             return rc if isinstance(rc, int) else 0

@@ -1,4 +1,4 @@
-"""bench.aggregate on hand-made sweep directories with known answers."""
+"""bench.results.aggregate on hand-made sweep directories with known answers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from bench.aggregate import (
+from bench.results.aggregate import (
     CONTRAST_COLUMNS,
     LOSS_PARITY_COLUMNS,
     RUNS_COLUMNS,
@@ -391,7 +391,7 @@ def test_verdicts_where_only_one_arm_ran(liger_status, expected):
 
 
 def test_oom_reason_is_the_allocators_first_sentence():
-    from bench.driver import short_oom
+    from bench.run.sweep import short_oom
 
     full = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has a total capacity "
@@ -408,7 +408,7 @@ def test_oom_reason_is_the_allocators_first_sentence():
 def test_scaling_table_arithmetic():
     """Two world sizes of one cell, both arms (numbers shaped like the H200 2-GPU sweep in the
     issue: 8.72 -> 15.96 samples/s baseline, 10.26 -> 18.68 Liger)."""
-    from bench.aggregate import SCALING_COLUMNS, scaling_table
+    from bench.results.aggregate import SCALING_COLUMNS, scaling_table
 
     rows = []
     for gpus, base, liger in ((1, [8.70, 8.74], [10.24, 10.28]), (2, [15.94, 15.98], [18.66, 18.70])):

@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench import capacity, driver, report
 from bench.__main__ import main
+from bench.config.sweep import Capacity, SweepError, load_config
 from bench.fileio import read_json
-from bench.sweep_config import Capacity, SweepError, load_config
+from bench.results import report
+from bench.run import capacity
+from bench.run import sweep as driver
 from tests.test_driver import fakes, sweep_file, train_configs  # noqa: F401
 
 
@@ -49,7 +51,7 @@ def test_an_error_stops_the_arm_and_nothing_fits_ends_it():
 @pytest.fixture
 def real_report(fakes, monkeypatch):  # noqa: F811
     """The fake trainer and hardware, but the real report (capacity.csv is built there)."""
-    from bench.report import build_report
+    from bench.results.report import build_report
 
     monkeypatch.setattr(driver, "build_report", build_report)
 

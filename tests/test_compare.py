@@ -1,4 +1,4 @@
-"""bench.compare on hand-written summary.csv / runs.csv files."""
+"""bench.results.compare on hand-written summary.csv / runs.csv files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.compare import COMPARE_COLUMNS, compare
+from bench.results.compare import COMPARE_COLUMNS, compare
 
 
 def summary_csv(path: Path, rows: list[tuple], gpu: str, commit: str) -> Path:
@@ -127,7 +127,7 @@ def test_compare_gives_each_row_a_welch_interval_and_a_verdict(tmp_path):
     assert df.loc["liger", "verdict"].startswith("too few runs (3 vs 2)")
     # a summary.csv finds the runs.csv written beside it
     summary = tmp_path / "a" / "summary.csv"
-    from bench.aggregate import summary_table
+    from bench.results.aggregate import summary_table
 
     summary_table(pd.read_csv(a)).to_csv(summary, index=False)
     assert compare(summary, b).set_index("arm").loc["baseline", "verdict"] == "B faster"

@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from bench.aggregate import LOSS_PARITY_COLUMNS, RUNS_COLUMNS, SUMMARY_COLUMNS, VRAM_PER_CARD_COLUMNS
-from bench.report import MAIN_TABLE_HEADER
+from bench.results.aggregate import LOSS_PARITY_COLUMNS, RUNS_COLUMNS, SUMMARY_COLUMNS, VRAM_PER_CARD_COLUMNS
+from bench.results.report import MAIN_TABLE_HEADER
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import console, driver, launcher
 from bench.__main__ import main
+from bench.config.sweep import load_config, plan
 from bench.fileio import atomic_write_text, read_json, read_jsonl
-from bench.sweep_config import load_config, plan
+from bench.run import console, launcher
+from bench.run import sweep as driver
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_INFO = {"vendor": "none", "gpu_names": [], "gpu_count": 0, "kind": "cpu"}
@@ -61,9 +62,9 @@ def fake_build_report(out_dir):
 def install_missing_stubs() -> None:
     """For subprocess sweeps: stand in for bench modules that are not written yet (real ones win)."""
     stubs = {
-        "bench.hardware": {"detect": lambda: dict(CPU_INFO), "check_hardware": fake_check_hardware},
-        "bench.vram": {"VramPoller": FakePoller},
-        "bench.report": {"build_report": fake_build_report},
+        "bench.probe.hardware": {"detect": lambda: dict(CPU_INFO), "check_hardware": fake_check_hardware},
+        "bench.probe.vram": {"VramPoller": FakePoller},
+        "bench.results.report": {"build_report": fake_build_report},
     }
     for name, attrs in stubs.items():
         if importlib.util.find_spec(name) is None:
@@ -446,7 +447,10 @@ def test_force_starts_over_and_keeps_the_cache(tmp_path, fakes):
 
 
 def bench_cmd(*args: str) -> list[str]:
-    if all(importlib.util.find_spec(m) for m in ("bench.hardware", "bench.vram", "bench.report")):
+    if all(
+        importlib.util.find_spec(m)
+        for m in ("bench.probe.hardware", "bench.probe.vram", "bench.results.report")
+    ):
         return [sys.executable, "-m", "bench", *args]
     boot = "import runpy, tests.test_driver as t; t.install_missing_stubs(); runpy.run_module('bench', run_name='__main__', alter_sys=True)"
     return [sys.executable, "-c", boot, *args]

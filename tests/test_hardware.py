@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import hardware
-from bench.hardware import (
+from bench.probe import hardware
+from bench.probe.hardware import (
     HardwareError,
     check_hardware,
     classify,

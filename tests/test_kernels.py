@@ -7,14 +7,14 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from bench import roofline
 from bench.__main__ import main
-from bench.kernels import (
+from bench.kernels.measure import (
     KERNEL_COLUMNS,
     draft_shapes,
     loss_site,
     module_sites,
     predictions,
+    roofline,
     site_cost,
     swapped_kinds,
 )
@@ -343,8 +343,8 @@ def test_the_loss_site_times_the_trainers_two_losses(monkeypatch):
     objective.liger_linear_ce (a stand-in for Liger's kernel on the CPU): same loss, same gradient."""
     import torch
 
-    from bench import kernels
-    from bench.sweep_config import load_config
+    from bench.config.sweep import load_config
+    from bench.kernels import measure as kernels
     from specforge import liger
 
     functional = pytest.importorskip("liger_kernel.transformers.functional")

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import driver, nodevram, plots
 from bench.__main__ import main
-from bench.aggregate import VRAM_PER_CARD_COLUMNS, load_runs, run_row, vram_per_card_table
+from bench.config.sweep import SweepError, diff_resolved, load_config, plan
 from bench.fileio import read_json, read_jsonl
-from bench.sweep_config import SweepError, diff_resolved, load_config, plan
+from bench.probe import nodevram
+from bench.results import plots
+from bench.results.aggregate import VRAM_PER_CARD_COLUMNS, load_runs, run_row, vram_per_card_table
+from bench.run import sweep as driver
 from tests.test_driver import (
     fakes,  # noqa: F401  (a fixture, used by name)
     sweep_file,
@@ -160,7 +162,7 @@ def test_node_index_from_the_environment_else_the_host_name(tmp_path, monkeypatc
 
 
 def wrapper(rdir: Path, *agent: str, **env: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "bench.nodevram", "--run-dir", str(rdir), "--interval-s", "0.01", "--"]
+    cmd = [sys.executable, "-m", "bench.probe.nodevram", "--run-dir", str(rdir), "--interval-s", "0.01", "--"]
     return subprocess.Popen(
         [*cmd, sys.executable, "-c", *agent],
         cwd=REPO,
@@ -207,14 +209,16 @@ def test_multinode_command_wraps_each_agent_in_its_poller(tmp_path):
     cmd = driver.train_command(cfg, polled, Path("r"), None)
     agent = cmd.index("torch.distributed.run") - 2
     assert cmd[:4] == launcher
-    poller = [sys.executable, "-m", "bench.nodevram", "--run-dir", "r", "--interval-s", "0.05", "--"]
+    poller = [sys.executable, "-m", "bench.probe.nodevram", "--run-dir", "r", "--interval-s", "0.05", "--"]
     assert cmd[4:agent] == poller
     assert cmd[agent + 3 : agent + 15] == [
         "--nproc-per-node", "1", "--nnodes", "2", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "node0:29400", "--rdzv-id", polled.run_id, "-m", "tests.fake_trainer",
     ]  # fmt: skip
     assert cmd[agent + 15] == "train"
-    assert "bench.nodevram" not in driver.train_command(cfg, unpolled, Path("r"), None)  # nopoll: no poller
+    assert "bench.probe.nodevram" not in driver.train_command(
+        cfg, unpolled, Path("r"), None
+    )  # nopoll: no poller
     check = driver.check_command(cfg, cfg.cells[0], tmp_path, None)
     assert check[:5] == [sys.executable, "-m", "tests.fake_trainer", "check", tc["online"]]
 

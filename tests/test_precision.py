@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import driver, stats, sweepdir
+from bench.config.sweep import SweepError, load_config, plan
 from bench.fileio import read_json, read_jsonl
-from bench.sweep_config import SweepError, load_config, plan
+from bench.results import stats
+from bench.run import sweep as driver
+from bench.run import sweepdir
 from tests.test_driver import REPO, fakes, statuses, sweep_file, train_configs  # noqa: F401
 
 PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 5}

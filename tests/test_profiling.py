@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from bench.kernel_buckets import BUCKET_COLUMNS, bucket_rows, profile_argv, profile_steps
+from bench.kernels.buckets import BUCKET_COLUMNS, bucket_rows, profile_argv, profile_steps
 from specforge.config import ConfigError, load_config
 from specforge.profiling import BUCKET_NAMES, bucket_of, bucket_times, summarize
 from tests.helpers import CONFIGS
@@ -120,8 +120,8 @@ def test_profiled_training_run_writes_profile_json(tmp_path, capsys):
 
 
 def test_profile_command_is_the_sweeps_with_the_steps_set_last(tmp_path):
-    from bench.sweep_config import Run
-    from bench.sweep_config import load_config as load_sweep
+    from bench.config.sweep import Run
+    from bench.config.sweep import load_config as load_sweep
 
     cfg = load_sweep(CONFIGS / "cpu.yaml")
     cell = cfg.cells[0]

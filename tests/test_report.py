@@ -1,4 +1,4 @@
-"""bench.report.build_report (and the plots it draws) on a hand-made sweep directory."""
+"""bench.results.report.build_report (and the plots it draws) on a hand-made sweep directory."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import plots
-from bench.report import (
+from bench.results import plots
+from bench.results.report import (
     LOSS_PARITY_COLUMNS,
     MAIN_TABLE_HEADER,
     RUNS_COLUMNS,
@@ -240,7 +240,7 @@ def test_plots_survive_empty_and_nan_inputs(tmp_path):
 def test_vram_crosscheck_flags_a_missed_peak():
     import pandas as pd
 
-    from bench.report import vram_crosscheck
+    from bench.results.report import vram_crosscheck
 
     runs = pd.DataFrame(
         {

@@ -1,4 +1,4 @@
-"""bench.stats: the paired estimator, Stein's stopping rule and its coverage, verdict wording."""
+"""bench.results.stats: the paired estimator, Stein's stopping rule and its coverage, verdict wording."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from bench import stats
+from bench.results import stats
 
 
 def test_stein_rule_matches_its_formula():

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from bench.__main__ import main
-from bench.sweep_config import SweepError, diff_resolved, format_set_value, load_config, plan
+from bench.config.sweep import SweepError, diff_resolved, format_set_value, load_config, plan
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -337,7 +337,7 @@ def test_shipped_configs_against_real_training_configs(monkeypatch):
 
 def test_option_arms_set_their_keys_and_only_liger_arms_patch(tmp_path, base):
     """Each arm is a named set of trainer options; its run's command carries exactly those."""
-    from bench.driver import train_command
+    from bench.run.sweep import train_command
 
     base["hardware"] = "h200"
     base["cells"] = [base["cells"][1]]  # online, flex attention (the train config's default)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import driver
 from bench.__main__ import main
+from bench.config.sweep import Run, load_config
 from bench.fileio import read_json
-from bench.sweep_config import Run, load_config
+from bench.run import sweep as driver
 from tests.test_driver import fakes, snapshot, sweep_file, train_configs  # noqa: F401
 
 

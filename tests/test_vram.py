@@ -18,8 +18,8 @@ import types
 
 import pytest
 
-from bench import vram
 from bench.fileio import read_json, read_jsonl
+from bench.probe import vram
 from tests.helpers import REPO, run_cli
 
 GIB = 2**30
@@ -78,7 +78,7 @@ class Script:
 
 
 def fake_pynvml(script: Script, names=None, total=80 * GIB, init_error=None, state=None) -> types.ModuleType:
-    """A module with exactly the NVML calls bench.vram may use, returning what pynvml returns.
+    """A module with exactly the NVML calls bench.probe.vram may use, returning what pynvml returns.
 
     ``state``: per-call overrides {"sm": int|NVMLError, "mem", "temp", "power_mw"}.
     """
@@ -268,7 +268,7 @@ def fake_amdsmi(
     vram_usage_error=None,
     state=None,
 ) -> types.ModuleType:
-    """A module with exactly the AMD SMI calls bench.vram may use, as the real package has them.
+    """A module with exactly the AMD SMI calls bench.probe.vram may use, as the real package has them.
 
     ``script`` holds bytes when ``memory_usage_works`` else MB (the vram_usage fallback).
     ``version``: "7.0" (the 7.0.2 wheel), "6.2" (no target_graphics_version, socket_power)

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench import stats
 from bench.fileio import read_json, read_jsonl
+from bench.results import stats
 
 BASELINE_ARM = "baseline"
 AA_ARM = "aa"

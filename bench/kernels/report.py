@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.kernels import IMPLS, KERNEL_COLUMNS, MIB, CellPlan, Limits, _num, predictions
-from bench.report import _md, _table
-from bench.sweep_config import SweepConfig
+from bench.config.sweep import SweepConfig
+from bench.kernels.measure import IMPLS, KERNEL_COLUMNS, MIB, CellPlan, Limits, _num, predictions
+from bench.results.report import _md, _table
 
 
 def _f(x: Any, spec: str) -> str:
@@ -164,7 +164,7 @@ def plot_kernels(rows: pd.DataFrame, plans: list[CellPlan], path: Path) -> Path:
     fraction of the roofline above each bar; skipped or failed bars say so."""
     from matplotlib.ticker import FuncFormatter
 
-    from bench.plots import _grid, _save
+    from bench.results.plots import _grid, _save
 
     colors = {"stock": "tab:blue", "liger": "tab:orange"}
     fig, axes = _grid(
@@ -227,6 +227,6 @@ def write_csv(rows: pd.DataFrame, path: Path) -> Path:
 
 
 def write_csv_plain(df: pd.DataFrame, path: Path) -> Path:
-    from bench.report import write_csv as _write
+    from bench.results.report import write_csv as _write
 
     return _write(df, path)

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench import forkstart
 from bench.fileio import atomic_write_json, read_json
-from bench.forkstart import ForkedRun, module_argv
+from bench.run import forkstart
+from bench.run.forkstart import ForkedRun, module_argv
 
 KILL_GRACE_S = 10.0
 TICK_S = 1.0

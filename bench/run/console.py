@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.config.sweep import Run
 from bench.fileio import read_json, read_jsonl
-from bench.sweep_config import Run
-from bench.sweepdir import run_dir
+from bench.run.sweepdir import run_dir
 
 TICK_S = 1.0
 
@@ -71,7 +71,7 @@ class Progress:
 
 def outcome_line(rdir: Path) -> str:
     """``ok, 9.69 samples/s, peak VRAM 24.28 GiB (busiest card)``, or the status and its reason."""
-    from bench.aggregate import load_run, run_row  # the one definition of a run's throughput
+    from bench.results.aggregate import load_run, run_row  # the one definition of a run's throughput
 
     row = run_row(load_run(rdir))
     parts = [str(row["status"]) + (f": {row['reason']}" if row["status"] != "ok" and row["reason"] else "")]

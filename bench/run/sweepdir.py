@@ -14,8 +14,8 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench.config.sweep import Cell, Run, SweepConfig, SweepError, diff_resolved
 from bench.fileio import atomic_write_json, read_json
-from bench.sweep_config import Cell, Run, SweepConfig, SweepError, diff_resolved
 
 TERMINAL = ("ok", "oom", "error", "timeout", "skipped")
 AGGREGATE_OUTPUTS = (
@@ -164,7 +164,7 @@ def git_commit() -> str | None:
             [
                 "git",
                 "-C",
-                str(Path(__file__).resolve().parent.parent),
+                str(Path(__file__).resolve().parents[2]),
                 "describe",
                 "--always",
                 "--dirty",

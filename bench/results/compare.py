@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import stats
-from bench.aggregate import join_unique, summary_table
-from bench.plots import plot_compare
-from bench.report import write_csv
+from bench.results import stats
+from bench.results.aggregate import join_unique, summary_table
+from bench.results.plots import plot_compare
+from bench.results.report import write_csv
 
 KEY_COLUMNS = ["profile", "mode", "batch_size", "seq_len", "gpus", "arm"]
 SUMMARY_NEEDED = [

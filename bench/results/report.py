@@ -2,7 +2,7 @@
 and report.md, every file written atomically into the sweep directory.
 
 The CSV column lists (RUNS_COLUMNS, SUMMARY_COLUMNS, LOSS_PARITY_COLUMNS, VRAM_PER_CARD_COLUMNS)
-are defined in bench.aggregate and re-exported here.
+are defined in bench.results.aggregate and re-exported here.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from bench import plots
-from bench.aggregate import (
+from bench.fileio import atomic_write_text, read_json
+from bench.results import plots
+from bench.results.aggregate import (
     BASELINE_ARM,
     CONTRAST_COLUMNS,
     LOSS_PARITY_COLUMNS,
@@ -35,8 +36,7 @@ from bench.aggregate import (
     vram_per_card_table,
     with_loss_parity,
 )
-from bench.capacity import capacity_table
-from bench.fileio import atomic_write_text, read_json
+from bench.run.capacity import capacity_table
 
 __all__ = [
     "CONTRAST_COLUMNS",

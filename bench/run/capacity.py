@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import console
+from bench.config.sweep import ARM_OPTIONS, Capacity, Cell, Run, SweepConfig, _cell_id
 from bench.fileio import read_json
-from bench.sweep_config import ARM_OPTIONS, Capacity, Cell, Run, SweepConfig, _cell_id
-from bench.sweepdir import is_finished, run_dir
+from bench.run import console
+from bench.run.sweepdir import is_finished, run_dir
 
 CAPACITY_COLUMNS = [
     "series", "profile", "mode", "gpus", "nodes", "axis", "arm", "largest_fit", "first_oom", "probes", "stopped_by",
@@ -92,7 +92,7 @@ def _status(out_dir: Path, run: Run) -> str | None:
 
 def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
     """Run every arm's search of every series; write the report and capacity.csv/png."""
-    from bench import driver
+    from bench.run import sweep as driver
 
     skip = driver.liger_skip_reason() if any(ARM_OPTIONS[a]["liger"] for a in cfg.arms) else None
     compile_dir = driver.compile_cache_dir(out_dir, info) if cfg.compile_cache else None
@@ -207,7 +207,7 @@ def _card_total(vram: pd.DataFrame | None, run_id: str) -> float:
 
 def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str | None) -> None:
     """--dry-run: the series, the first probe of each arm and its command; nothing is written."""
-    from bench import driver
+    from bench.run import sweep as driver
 
     cap = cfg.capacity
     assert cap is not None

@@ -1,7 +1,7 @@
 """``python -m bench kernels CONFIG --profile``: where a training step's time goes, per arm.
 
 For each cell, the trainer runs once per arm (the baseline and each Liger arm of
-bench.kernels.LIGER_ARMS) with the cell's exact arguments (bench.driver.train_command), for
+bench.kernels.measure.LIGER_ARMS) with the cell's exact arguments (bench.run.sweep.train_command), for
 ``warmup_steps + 2`` steps, the last two under torch.profiler (``training.profile_steps``). Each
 run writes ``profile.json`` (specforge/profiling.py: time per bucket of kernel names); this
 module gathers them into ``kernel_buckets.csv``, ``kernel_buckets.png`` and a section of
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.sweep_config import Run, SweepConfig
+from bench.config.sweep import Run, SweepConfig
 
 PROFILED_STEPS = 2
 BUCKET_COLUMNS = [
@@ -30,7 +30,7 @@ OUTPUTS = ("kernel_buckets.csv", "kernel_buckets.png")
 
 
 def profile_arms() -> tuple[str, ...]:
-    from bench.kernels import LIGER_ARMS
+    from bench.kernels.measure import LIGER_ARMS
 
     return ("baseline", *LIGER_ARMS)
 
@@ -42,9 +42,9 @@ def profile_steps(warmup_steps: int) -> tuple[int, list[int]]:
 
 
 def profile_argv(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
-    """The sweep's command for this run (bench.driver.train_command: the cell's --set values, the
+    """The sweep's command for this run (bench.run.sweep.train_command: the cell's --set values, the
     arm's keys, the launcher), with the step count and the profiled steps set last."""
-    from bench.driver import train_command
+    from bench.run.sweep import train_command
 
     argv = train_command(cfg, run, rdir, cache_dir)
     assert argv[-2] == "--output-dir", argv
@@ -54,7 +54,7 @@ def profile_argv(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None)
 
 
 def _skip_reason(cfg: SweepConfig, plan, arm: str) -> str | None:
-    from bench.kernels import liger_unavailable
+    from bench.kernels.measure import liger_unavailable
 
     if plan.cell.nodes > 1:
         return "a multi-node cell: --profile runs single-node cells only"
@@ -66,9 +66,9 @@ def _skip_reason(cfg: SweepConfig, plan, arm: str) -> str | None:
 def run_profiles(cfg: SweepConfig, plans: list, out_dir: Path, log=print) -> list[dict]:
     """Run the trainer per cell and arm under the profiler; one record per (cell, arm):
     {cell_id, arm, status, reason, profile (profile.json or None)}."""
-    from bench.driver import _prepare_caches
-    from bench.launcher import exit_text, log_lines, run_process
-    from bench.sweepdir import cache_dir_for
+    from bench.run.launcher import exit_text, log_lines, run_process
+    from bench.run.sweep import _prepare_caches
+    from bench.run.sweepdir import cache_dir_for
 
     root = out_dir / "profiles"
     root.mkdir(parents=True, exist_ok=True)
@@ -166,7 +166,7 @@ def bucket_rows(records: list[dict]) -> pd.DataFrame:
 
 def plot_buckets(df: pd.DataFrame, path: Path) -> Path:
     """Per cell: one stacked bar per arm, device ms per step split into buckets; skipped arms say so."""
-    from bench.plots import _grid, _save
+    from bench.results.plots import _grid, _save
     from specforge.profiling import BUCKET_NAMES
 
     cells = list(dict.fromkeys(df["cell_id"]))
@@ -196,7 +196,7 @@ def plot_buckets(df: pd.DataFrame, path: Path) -> Path:
 
 def render_markdown(df: pd.DataFrame, records: list[dict]) -> str:
     """The kernels.md section: per cell, bucket x arm (ms per step and share), Δ vs the baseline."""
-    from bench.kernel_report import _f, _md, _table
+    from bench.kernels.report import _f, _md, _table
     from specforge.profiling import BUCKETS
 
     lines = ["## Where a step's time goes (profiler, `--profile`)", ""]

@@ -13,9 +13,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from bench.vram import open_backend
+from bench.probe.vram import open_backend
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 ENV_OVERRIDE = "BENCH_HARDWARE"
 
 # Name fragments (upper case) per kind, tried in order.

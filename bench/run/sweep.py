@@ -26,11 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import console
-from bench.fileio import atomic_write_json, read_json, read_jsonl, read_jsonl_counted
-from bench.launcher import exit_text, log_lines, mark_exit, now, reap_stale, run_process
-from bench.launcher import group_alive as group_alive  # re-exported for tests
-from bench.sweep_config import (
+from bench.config.sweep import (
     ARM_OPTIONS,
     CPU_MAX_PROCS,
     Cell,
@@ -42,7 +38,11 @@ from bench.sweep_config import (
     plan,
     plan_rounds,
 )
-from bench.sweepdir import (
+from bench.fileio import atomic_write_json, read_json, read_jsonl, read_jsonl_counted
+from bench.run import console
+from bench.run.launcher import exit_text, log_lines, mark_exit, now, reap_stale, run_process
+from bench.run.launcher import group_alive as group_alive  # re-exported for tests
+from bench.run.sweepdir import (
     TERMINAL,
     cache_dir_for,
     check_out_dir,
@@ -79,40 +79,40 @@ def short_oom(line: str) -> str:
 
 
 def detect_hardware() -> dict:
-    from bench import hardware
+    from bench.probe import hardware
 
     return hardware.detect()
 
 
 def check_hardware(expected: list[str], info: dict, config: str | None = None) -> str | None:
-    from bench import hardware
+    from bench.probe import hardware
 
     return hardware.check_hardware(expected, info, config=config)
 
 
 def make_poller(run_dir: Path, interval_s: float):
-    from bench.vram import VramPoller
+    from bench.probe.vram import VramPoller
 
     return VramPoller(run_dir, interval_s=interval_s)
 
 
 def gather_node_vram(run_dir: Path, nodes: int) -> dict:
     """Merge a multi-node run's per-node VRAM files into its vram.json (bench/nodevram.py)."""
-    from bench.nodevram import gather
+    from bench.probe.nodevram import gather
 
     return gather(run_dir, nodes)
 
 
 def vram_preflight() -> str | None:
     """A one-line warning when this machine's GPUs cannot be polled (e.g. amdsmi missing)."""
-    from bench import vram
+    from bench.probe import vram
 
     check = getattr(vram, "preflight", None)
     return check() if check is not None else None
 
 
 def build_report(out_dir: Path) -> dict:
-    from bench.report import build_report as build
+    from bench.results.report import build_report as build
 
     return build(out_dir)
 
@@ -170,7 +170,7 @@ def run_sweep(
     problem = _hardware_problem(cfg, info)
     if dry_run:
         if capacity:
-            from bench.capacity import print_capacity_plan
+            from bench.run.capacity import print_capacity_plan
 
             print_capacity_plan(cfg, out_dir, problem)
         else:
@@ -195,7 +195,7 @@ def run_sweep(
             if warning:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
         if capacity:
-            from bench.capacity import search
+            from bench.run.capacity import search
 
             return search(cfg, out_dir, info)
         return _execute(cfg, runs, out_dir, info)
@@ -210,7 +210,7 @@ def start_fork_server(
     in sweep.json what it imported and how long that took (paid once, not by each run)."""
     if not any(cfg.forks(c) for c in cfg.cells):
         return
-    from bench import forkstart
+    from bench.run import forkstart
 
     gpus = 0 if cfg.runs_on_cpu else int(info.get("gpu_count") or 0)
     try:
@@ -300,7 +300,7 @@ def _prime(cfg, run, out_dir, skip, caches, compile_dir, progress: console.Progr
 
 def _extend_by_precision(cfg: SweepConfig, out_dir: Path, progress: console.Progress) -> list[Run]:
     """Stein's second stage: from the finished pilot, the pairs each cell needs; the full run order."""
-    from bench.aggregate import load_runs, runs_table, stein_decisions
+    from bench.results.aggregate import load_runs, runs_table, stein_decisions
 
     targets = cfg.precision_targets
     decisions = stein_decisions(runs_table(load_runs(out_dir)), targets)
@@ -533,7 +533,7 @@ def check_cells(cfg: SweepConfig, out_dir: Path) -> None:
 def launcher(cfg: SweepConfig, run: Run, rdir: Path) -> list[str]:
     """The command up to the trainer's arguments: ``python -m <trainer>`` for one process,
     ``torchrun --standalone`` for one node's GPUs; for several nodes the config's launcher
-    (which starts the rest once per node), then bench.nodevram polling each node's cards into
+    (which starts the rest once per node), then bench.probe.nodevram polling each node's cards into
     the run directory (when the arm is polled), then a torchrun agent that meets the other
     nodes' at the c10d rendezvous."""
     cell = run.cell
@@ -544,7 +544,7 @@ def launcher(cfg: SweepConfig, run: Run, rdir: Path) -> list[str]:
         return [*torchrun, "--standalone", "-m", cfg.trainer_module]
     rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", str(cfg.rdzv_endpoint), "--rdzv-id", run.run_id]
     torchrun += ["--nnodes", str(cell.nodes), *rdzv]
-    wrap = [sys.executable, "-m", "bench.nodevram", "--run-dir", str(rdir), "--interval-s"]
+    wrap = [sys.executable, "-m", "bench.probe.nodevram", "--run-dir", str(rdir), "--interval-s"]
     wrap = [*wrap, f"{cfg.poll_interval_s:g}", "--"] if cfg.polls(run.arm) else []
     return [*cfg.launcher, *wrap, *torchrun, "-m", cfg.trainer_module]
 
@@ -701,7 +701,7 @@ def _cache_problem(cfg: SweepConfig, cell: Cell, out_dir: Path, cdir: Path) -> s
 def _detect() -> dict:
     try:
         info = detect_hardware()
-    except ValueError as e:  # bench.hardware.HardwareError
+    except ValueError as e:  # bench.probe.hardware.HardwareError
         raise SweepError(str(e)) from None
     return info if isinstance(info, dict) else {}
 
@@ -709,7 +709,7 @@ def _detect() -> dict:
 def _hardware_problem(cfg: SweepConfig, info: dict) -> str | None:
     try:
         return check_hardware(list(cfg.hardware), info, config=str(cfg.path))
-    except ValueError as e:  # bench.hardware.HardwareError: unknown hardware name in the config
+    except ValueError as e:  # bench.probe.hardware.HardwareError: unknown hardware name in the config
         raise SweepError(str(e)) from None
 
 

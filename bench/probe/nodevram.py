@@ -1,7 +1,7 @@
 """Per-node VRAM of multi-node runs: a wrapper that polls one node's cards beside its torchrun
 agent, and the gathering of every node's file into the run's vram.json.
 
-The driver launches a multi-node run as ``<launcher> python -m bench.nodevram --run-dir DIR
+The driver launches a multi-node run as ``<launcher> python -m bench.probe.nodevram --run-dir DIR
 --interval-s S -- python -m torch.distributed.run ...``. The launcher (e.g. srun) starts the
 wrapper once per node; the wrapper takes that node's idle baseline, starts the agent, polls
 every card of the node (bench/vram.py's VramPoller, through its Backend protocol) until the
@@ -83,7 +83,11 @@ def run_forwarding(cmd: list[str]) -> int:
         try:
             proc = subprocess.Popen(cmd)
         except OSError as e:
-            print(f"bench.nodevram: cannot start {cmd[0]!r}: {e.strerror or e}", file=sys.stderr, flush=True)
+            print(
+                f"bench.probe.nodevram: cannot start {cmd[0]!r}: {e.strerror or e}",
+                file=sys.stderr,
+                flush=True,
+            )
             return 127
         for sig in pending:
             proc.send_signal(sig)
@@ -95,7 +99,7 @@ def run_forwarding(cmd: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bench.nodevram",
+        prog="python -m bench.probe.nodevram",
         description="Run a command (one node's torchrun agent) while polling this node's GPU memory "
         "into RUN_DIR/vram_node_<node>.json.",
     )
@@ -113,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             "does not exist" if isinstance(e, FileNotFoundError) else f"cannot be written ({e.strerror or e})"
         )
         print(
-            f"bench.nodevram: {args.run_dir} {why} on {socket.gethostname()}; this node's VRAM is not "
+            f"bench.probe.nodevram: {args.run_dir} {why} on {socket.gethostname()}; this node's VRAM is not "
             "recorded (the run directory must be on a filesystem every node shares)",
             file=sys.stderr,
             flush=True,
         )
         return run_forwarding(cmd)
-    from bench.vram import VramPoller
+    from bench.probe.vram import VramPoller
 
     poller = VramPoller(args.run_dir, interval_s=args.interval_s, name=f"{PREFIX}{label}")
     poller.start()
@@ -131,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             atomic_write_json(args.run_dir / f"{PREFIX}{label}.json", {**node, **summary})
         except OSError as e:  # the agent's exit status matters more than this file
-            print(f"bench.nodevram: cannot write {PREFIX}{label}.json: {e}", file=sys.stderr, flush=True)
+            print(
+                f"bench.probe.nodevram: cannot write {PREFIX}{label}.json: {e}", file=sys.stderr, flush=True
+            )
 
 
 def _order(path: Path) -> tuple:

@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench import roofline
+from bench.config.sweep import ARM_OPTIONS, Cell, SweepConfig, SweepError, format_set_value, load_config
 from bench.fileio import atomic_write_text
-from bench.sweep_config import ARM_OPTIONS, Cell, SweepConfig, SweepError, format_set_value, load_config
+from bench.kernels import roofline
 
 OUTPUTS = ("kernels.csv", "kernels.png", "kernels.md")
 DEFAULT_REPS, DEFAULT_WARMUP = 50, 10
@@ -522,7 +522,7 @@ def _short(e: BaseException) -> str:
 
 def liger_unavailable(device: str) -> str | None:
     """Why Liger's modules cannot run on this cell's device, or None (the sweep's skip reasons)."""
-    from bench.driver import NO_GPU, liger_skip_reason
+    from bench.run.sweep import NO_GPU, liger_skip_reason
 
     if device == "cpu":
         import torch
@@ -730,7 +730,7 @@ def select_cells(cfg: SweepConfig, wanted: list[str] | None) -> list[Cell]:
 
 
 def _check_machine(cfg: SweepConfig) -> None:
-    from bench.hardware import check_hardware
+    from bench.probe.hardware import check_hardware
 
     try:
         problem = check_hardware(list(cfg.hardware), config=str(cfg.path))
@@ -754,8 +754,8 @@ def run_kernels(
     """The ``kernels`` command (``profile``: also the per-arm profiler buckets, bench/kernel_buckets.py;
     ``rebuild``: no measuring, see rebuild_kernels); SweepError (one line, exit 2) on bad input,
     before anything is written."""
-    from bench.kernel_report import plot_kernels, render_markdown, write_csv
-    from bench.sweepdir import check_out_path, git_commit
+    from bench.kernels.report import plot_kernels, render_markdown, write_csv
+    from bench.run.sweepdir import check_out_path, git_commit
 
     if rebuild:
         given = [
@@ -836,7 +836,7 @@ def run_kernels(
     text = render_markdown(cfg, plans, rows, limits, timer_names, meta, sweep_path, summary)
     records: list[dict] = []
     if profile:
-        from bench import kernel_buckets
+        from bench.kernels import buckets as kernel_buckets
 
         print("profiling a training step per cell and arm ...", flush=True)
         records = kernel_buckets.run_profiles(cfg, plans, out_dir, log=lambda line: print(line, flush=True))
@@ -846,8 +846,8 @@ def run_kernels(
 def _write_report(out_dir: Path, text: str, written: list[str], records: list[dict]) -> int:
     """kernels.md (with the bucket section and its CSV/plot when there are profile records)."""
     if records:
-        from bench import kernel_buckets
-        from bench.kernel_report import write_csv_plain
+        from bench.kernels import buckets as kernel_buckets
+        from bench.kernels.report import write_csv_plain
 
         buckets = kernel_buckets.bucket_rows(records)
         write_csv_plain(buckets, out_dir / "kernel_buckets.csv")
@@ -865,8 +865,8 @@ def rebuild_kernels(
     """``kernels --rebuild``: kernels.md and kernels.png again from an earlier run's kernels.csv and
     profiles/, with the measured Δ read now from the sweep's summary.csv (e.g. when the attribution
     ran before the sweep had finished). Measures nothing, so it runs anywhere."""
-    from bench import kernel_buckets
-    from bench.kernel_report import plot_kernels, render_markdown
+    from bench.kernels import buckets as kernel_buckets
+    from bench.kernels.report import plot_kernels, render_markdown
 
     cfg = load_config(config)
     out_dir = Path(out) if out is not None else Path(f"{cfg.out.rstrip('/')}-kernels")

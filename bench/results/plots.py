@@ -15,8 +15,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from bench.aggregate import BASELINE_ARM, RunRecord
 from bench.fileio import atomic_write_bytes
+from bench.results.aggregate import BASELINE_ARM, RunRecord
 
 ARM_COLORS = {"baseline": "tab:blue", "liger": "tab:orange"}
 NO_VRAM_NOTE = "no VRAM data (CPU run / poller unavailable)"
