@@ -13,6 +13,7 @@ from bench.__main__ import main
 from bench.config.sweep import Capacity, SweepError, load_config
 from bench.fileio import read_json
 from bench.results import report
+from bench.results.capacity import capacity_table
 from bench.run import capacity
 from bench.run import sweep as driver
 from tests.test_driver import fakes, sweep_file, train_configs  # noqa: F401
@@ -115,7 +116,7 @@ def test_capacity_table_ratio_and_one_arm_oom():
             for a, v, s, m in rows
         ]
     )  # fmt: skip
-    table = capacity.capacity_table(runs, {"config": {"capacity": {"axis": "batch_size"}}}).set_index("arm")
+    table = capacity_table(runs, {"config": {"capacity": {"axis": "batch_size"}}}).set_index("arm")
     assert table.loc["baseline", "largest_fit"] == 12 and table.loc["baseline", "first_oom"] == 16
     assert table.loc["liger", "largest_fit"] == 24 and table.loc["liger", "fit_ratio_vs_baseline"] == 2.0
     assert table.loc["liger", "peak_vram_gib_at_largest"] == 44.0
@@ -146,7 +147,7 @@ def test_a_search_that_reached_its_max_gives_a_bound_not_a_ratio(base, liger, ra
             for a, v, s in rows
         ]
     )  # fmt: skip
-    table = capacity.capacity_table(runs, {"config": {"capacity": {"axis": "batch_size"}}})
+    table = capacity_table(runs, {"config": {"capacity": {"axis": "batch_size"}}})
     row = table.set_index("arm").loc["liger"]
     assert (row.gpus, row.nodes) == (1, 1)  # every table names its world size (nodes: 1 when unrecorded)
     assert pd.isna(row.fit_ratio_bound) if bound is None else row.fit_ratio_bound == bound

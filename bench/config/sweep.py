@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from bench.errors import SweepError
+
 # An arm is a name for a set of trainer/driver options; the first arm is always the baseline.
 #   aa:     the baseline again (an A/A comparison: the suite's own noise floor)
 #   nopoll: the baseline with the VRAM poller off (what polling costs)
@@ -90,10 +92,6 @@ _ENDPOINT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d+$")
 # $MASTER_ADDR:$MASTER_PORT (torchrun's c10d port when MASTER_PORT is unset). docs/multinode.md
 RDZV_ENV = "BENCH_RDZV_ENDPOINT"
 DEFAULT_RDZV_PORT = 29400
-
-
-class SweepError(Exception):
-    """Bad sweep input; the message is one line naming the key or file and what is expected."""
 
 
 @dataclass(frozen=True)

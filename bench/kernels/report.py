@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 
 from bench.config.sweep import SweepConfig
+from bench.fmt import md as _md
+from bench.fmt import table as _table
 from bench.kernels.measure import IMPLS, KERNEL_COLUMNS, MIB, CellPlan, Limits, _num, predictions
-from bench.results.report import _md, _table
 
 
 def _f(x: Any, spec: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench import fmt
 from bench.fileio import atomic_write_text, read_json
 from bench.results import plots
 from bench.results.aggregate import (
@@ -36,7 +37,7 @@ from bench.results.aggregate import (
     vram_per_card_table,
     with_loss_parity,
 )
-from bench.run.capacity import capacity_table
+from bench.results.capacity import capacity_table
 
 __all__ = [
     "CONTRAST_COLUMNS",
@@ -95,7 +96,7 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
         summary_table(
             tables["runs"],
             precision=sweep.get("precision_targets") or {},
-            equivalence_pct=_num(sweep.get("equivalence_pct")) if sweep.get("equivalence_pct") else 1.0,
+            equivalence_pct=fmt.num(sweep.get("equivalence_pct")) if sweep.get("equivalence_pct") else 1.0,
         ),
         tables["loss_parity"],
     )
@@ -111,7 +112,7 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     tables["contrasts"] = contrast_table(
         tables["runs"],
         contrasts,
-        equivalence_pct=_num(sweep.get("equivalence_pct")) if sweep.get("equivalence_pct") else 1.0,
+        equivalence_pct=fmt.num(sweep.get("equivalence_pct")) if sweep.get("equivalence_pct") else 1.0,
     )
     for name in ("scaling.csv", "scaling.png", "capacity.csv", "capacity.png", "contrasts.csv"):
         (sweep_dir / name).unlink(missing_ok=True)  # the sweep's own, from an earlier build
@@ -135,46 +136,12 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
 # --- formatting --------------------------------------------------------------------------------
 
 
-def _num(x: Any) -> float:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _isnan(x: Any) -> bool:
-    return math.isnan(_num(x))
-
-
-def _f(x: Any, spec: str) -> str:
-    """A number formatted with ``spec``, or an em dash when missing."""
-    return "—" if _isnan(x) else format(float(x), spec)
-
-
-def _int(x: Any) -> str:
-    return "—" if _isnan(x) else str(int(float(x)))
-
-
-def _md(x: Any) -> str:
-    """Text safe inside a Markdown table cell."""
-    return (
-        "—"
-        if x is None or (isinstance(x, float) and math.isnan(x))
-        else str(x).replace("|", "\\|").replace("\n", " ")
-    )
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    head = "| " + " | ".join(h.replace("|", "\\|") for h in header) + " |"
-    return [head, "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 def _delta_cell(point: Any, lo: Any, hi: Any, spec: str, unit: str, extra: str = "") -> str:
     """``+10.2% [+8.1, +12.3]``: a point estimate with its CI when there is one."""
-    if _isnan(point):
+    if fmt.isnan(point):
         return "—"
-    text = f"{_f(point, spec)}{unit}{extra}"
-    return text if _isnan(lo) else f"{text} [{_f(lo, spec)}, {_f(hi, spec)}]"
+    text = f"{fmt.f(point, spec)}{unit}{extra}"
+    return text if fmt.isnan(lo) else f"{text} [{fmt.f(lo, spec)}, {fmt.f(hi, spec)}]"
 
 
 def _not_run_reasons(runs: pd.DataFrame, cell_id: Any, arm: Any) -> str:
@@ -187,8 +154,8 @@ def _not_run_reasons(runs: pd.DataFrame, cell_id: Any, arm: Any) -> str:
 
 def _world(gpus: Any, nodes: Any) -> str:
     """``2`` GPUs, or ``2×2`` for 2 GPUs on each of 2 nodes."""
-    n = _num(nodes)
-    return _int(gpus) if math.isnan(n) or n <= 1 else f"{_int(gpus)}×{_int(n)}"
+    n = fmt.num(nodes)
+    return fmt.integer(gpus) if math.isnan(n) or n <= 1 else f"{fmt.integer(gpus)}×{fmt.integer(n)}"
 
 
 def scaling_section(scaling: pd.DataFrame) -> list[str]:
@@ -197,11 +164,11 @@ def scaling_section(scaling: pd.DataFrame) -> list[str]:
         return []
     rows = [
         [
-            _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _md(r.arm), _world(r.gpus, r.nodes),
-            _f(r.samples_per_s_mean, ".2f"), _f(r.samples_per_s_per_gpu, ".2f"), _f(r.scaling_efficiency_pct, ".1f"),
+            fmt.md(r.profile), fmt.md(r.mode), fmt.integer(r.batch_size), fmt.integer(r.seq_len), fmt.md(r.arm), _world(r.gpus, r.nodes),
+            fmt.f(r.samples_per_s_mean, ".2f"), fmt.f(r.samples_per_s_per_gpu, ".2f"), fmt.f(r.scaling_efficiency_pct, ".1f"),
             _delta_cell(r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low,
                         r.delta_samples_per_s_pct_ci95_high, "+.1f", "%"),
-            _f(r.peak_vram_gib, ".2f"),
+            fmt.f(r.peak_vram_gib, ".2f"),
         ]
         for r in scaling.itertuples()
     ]  # fmt: skip
@@ -211,7 +178,7 @@ def scaling_section(scaling: pd.DataFrame) -> list[str]:
         "Efficiency: per-GPU samples/s as a percentage of the same arm's at the smallest world size "
         "(100 = perfect scaling). Plot: scaling.png; data: scaling.csv."
     )
-    return ["## Scaling", "", *_table(header, rows), "", note, ""]
+    return ["## Scaling", "", *fmt.table(header, rows), "", note, ""]
 
 
 def _fit_ratio(r: Any) -> str:
@@ -221,7 +188,7 @@ def _fit_ratio(r: Any) -> str:
     bound = getattr(r, "fit_ratio_bound", None)
     if isinstance(bound, str) and bound.startswith("unknown"):
         return "both fit the search's max"
-    if _isnan(r.fit_ratio_vs_baseline):
+    if fmt.isnan(r.fit_ratio_vs_baseline):
         return "—"
     sign = {"at least": "≥ ", "at most": "≤ "}.get(bound, "") if isinstance(bound, str) else ""
     return f"{sign}{r.fit_ratio_vs_baseline:.2f}×"
@@ -233,8 +200,8 @@ def capacity_section(capacity: pd.DataFrame) -> list[str]:
         return []
     rows = [
         [
-            _md(r.series), _world(r.gpus, r.nodes), _md(r.arm), _int(r.largest_fit), _int(r.first_oom), _int(r.probes), _md(r.stopped_by),
-            _f(r.peak_vram_gib_at_largest, ".2f"), _f(r.card_total_gib, ".1f"), _f(r.samples_per_s_at_largest, ".2f"),
+            fmt.md(r.series), _world(r.gpus, r.nodes), fmt.md(r.arm), fmt.integer(r.largest_fit), fmt.integer(r.first_oom), fmt.integer(r.probes), fmt.md(r.stopped_by),
+            fmt.f(r.peak_vram_gib_at_largest, ".2f"), fmt.f(r.card_total_gib, ".1f"), fmt.f(r.samples_per_s_at_largest, ".2f"),
             _fit_ratio(r),
         ]
         for r in capacity.itertuples()
@@ -242,7 +209,7 @@ def capacity_section(capacity: pd.DataFrame) -> list[str]:
     axis = capacity["axis"].iloc[0]
     header = ["series", "gpus", "arm", f"largest {axis} that fits", "first OOM", "probes", "stopped by",
               "peak VRAM at largest (GiB)", "card (GiB)", "samples/s at largest", "vs baseline"]  # fmt: skip
-    return ["## Capacity", "", *_table(header, rows), "", "Plot: capacity.png; data: capacity.csv.", ""]
+    return ["## Capacity", "", *fmt.table(header, rows), "", "Plot: capacity.png; data: capacity.csv.", ""]
 
 
 def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
@@ -258,7 +225,7 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
             )  # fmt: skip
             d_vram = _delta_cell(
                 r.delta_peak_vram_gib, r.delta_peak_vram_gib_ci95_low, r.delta_peak_vram_gib_ci95_high,
-                "+.2f", " GiB", f" ({_f(r.delta_peak_vram_pct, '+.1f')}%)",
+                "+.2f", " GiB", f" ({fmt.f(r.delta_peak_vram_pct, '+.1f')}%)",
             )  # fmt: skip
             same = r.verdict_speed == r.verdict_memory  # e.g. "liger fits, baseline OOM"
             verdict = r.verdict_speed if same else f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
@@ -270,12 +237,12 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                 verdict = f"{r.verdict_speed}; {verdict}"
         rows.append(
             [
-                _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _world(r.gpus, r.nodes),
-                _md(r.arm), f"{_int(r.n_ok)}/{_int(r.n_runs)}", _f(r.samples_per_s_mean, ".2f"), _f(r.s_per_step_mean, ".3f"), _f(r.peak_vram_gib, ".2f"),
-                _f(r.torch_peak_allocated_gib, ".2f"), _f(r.loss_last_mean, ".4f"), d_sps, d_vram, _md(verdict),
+                fmt.md(r.profile), fmt.md(r.mode), fmt.integer(r.batch_size), fmt.integer(r.seq_len), _world(r.gpus, r.nodes),
+                fmt.md(r.arm), f"{fmt.integer(r.n_ok)}/{fmt.integer(r.n_runs)}", fmt.f(r.samples_per_s_mean, ".2f"), fmt.f(r.s_per_step_mean, ".3f"), fmt.f(r.peak_vram_gib, ".2f"),
+                fmt.f(r.torch_peak_allocated_gib, ".2f"), fmt.f(r.loss_last_mean, ".4f"), d_sps, d_vram, fmt.md(verdict),
             ]
         )  # fmt: skip
-    return _table(MAIN_TABLE_HEADER, rows)
+    return fmt.table(MAIN_TABLE_HEADER, rows)
 
 
 def contrast_section(contrasts: pd.DataFrame, summary: pd.DataFrame | None = None) -> list[str]:
@@ -297,13 +264,13 @@ def contrast_section(contrasts: pd.DataFrame, summary: pd.DataFrame | None = Non
                 verdict += f"; {arm}'s loss parity against the baseline FAILED"
         rows.append(
             [
-                _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _world(r.gpus, r.nodes),
-                _md(r.arm), _md(r.reference), _int(r.n_pairs),
+                fmt.md(r.profile), fmt.md(r.mode), fmt.integer(r.batch_size), fmt.integer(r.seq_len), _world(r.gpus, r.nodes),
+                fmt.md(r.arm), fmt.md(r.reference), fmt.integer(r.n_pairs),
                 _delta_cell(r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low,
                             r.delta_samples_per_s_pct_ci95_high, "+.1f", "%"),
                 _delta_cell(r.delta_peak_vram_gib, r.delta_peak_vram_gib_ci95_low, r.delta_peak_vram_gib_ci95_high,
-                            "+.2f", " GiB", f" ({_f(r.delta_peak_vram_pct, '+.1f')}%)"),
-                _md(verdict),
+                            "+.2f", " GiB", f" ({fmt.f(r.delta_peak_vram_pct, '+.1f')}%)"),
+                fmt.md(verdict),
             ]
         )  # fmt: skip
     header = ["profile", "mode", "batch", "seq", "gpus", "arm", "against", "pairs", "Δ samples/s (95% CI)",
@@ -313,21 +280,21 @@ def contrast_section(contrasts: pd.DataFrame, summary: pd.DataFrame | None = Non
         "Δ is the ratio of geometric means with a t-interval on the per-pair log-ratios, as for the "
         "baseline comparisons; the rounds are those the baseline comparisons planned. Data: contrasts.csv."
     )
-    return ["## Arm against arm", "", *_table(header, rows), "", note, ""]
+    return ["## Arm against arm", "", *fmt.table(header, rows), "", note, ""]
 
 
 def parity_table(parity: pd.DataFrame) -> list[str]:
     rows = [
         [
-            _md(r.profile), _md(r.mode), _int(r.batch_size), _int(r.seq_len), _world(r.gpus, r.nodes), _md(r.arm),
-            _int(r.repeat), _int(r.steps_compared), f"{_f(r.max_abs_delta, '.2e')} ({_int(r.max_abs_delta_step)})",
-            _f(r.last_step_abs_delta, ".2e"), _f(r.loss_last_baseline, ".4f"), _f(r.loss_last_arm, ".4f"),
-            _f(r.tolerance, "g"),
+            fmt.md(r.profile), fmt.md(r.mode), fmt.integer(r.batch_size), fmt.integer(r.seq_len), _world(r.gpus, r.nodes), fmt.md(r.arm),
+            fmt.integer(r.repeat), fmt.integer(r.steps_compared), f"{fmt.f(r.max_abs_delta, '.2e')} ({fmt.integer(r.max_abs_delta_step)})",
+            fmt.f(r.last_step_abs_delta, ".2e"), fmt.f(r.loss_last_baseline, ".4f"), fmt.f(r.loss_last_arm, ".4f"),
+            fmt.f(r.tolerance, "g"),
             "pass" if r.passed else "FAIL",
         ]
         for r in parity.itertuples()
     ]  # fmt: skip
-    return _table(PARITY_TABLE_HEADER, rows)
+    return fmt.table(PARITY_TABLE_HEADER, rows)
 
 
 def _provenance(sweep: dict, runs: pd.DataFrame) -> list[str]:
@@ -347,8 +314,8 @@ def _provenance(sweep: dict, runs: pd.DataFrame) -> list[str]:
     count = f"{machine} on the driver's machine" if machine else val("gpu_count")
     gpu_text = f"{gpus} × {count}" if gpus else "none (CPU)"
     return [
-        f"- **Host:** {_md(val('hostname'))}",
-        f"- **GPUs:** {_md(gpu_text)}; driver {_md(val('driver_version'))}",
+        f"- **Host:** {fmt.md(val('hostname'))}",
+        f"- **GPUs:** {fmt.md(gpu_text)}; driver {fmt.md(val('driver_version'))}",
         f"- **Versions:** torch {val('torch_version')}, triton {val('triton_version')}, "
         f"transformers {val('transformers_version')}, liger-kernel {val('liger_version')}",
         f"- **Git commit:** {val('git_commit')}",
@@ -368,7 +335,7 @@ def _method(sweep: dict, records: list[RunRecord], runs: pd.DataFrame, summary: 
     order_text += "".join(f"; order {k} {v}" for k, v in (("mode", mode), ("seed", seed)) if v is not None)
     vrams = [r.vram for r in records if r.vram and r.vram.get("status") == "ok"]
     if vrams:
-        ms = join_unique(pd.Series([f"{1000 * _num(v.get('interval_s')):g}" for v in vrams]))
+        ms = join_unique(pd.Series([f"{1000 * fmt.num(v.get('interval_s')):g}" for v in vrams]))
         backend = join_unique(pd.Series([v.get("backend") for v in vrams], dtype=object))
         poll = f"Peak VRAM polled on every card every {ms} ms ({backend}); the busiest card is shown"
     else:
@@ -426,25 +393,25 @@ def precision_section(summary: pd.DataFrame, sweep: dict) -> list[str]:
         t = targets.get(r.cell_id)
         if not t:
             continue
-        used, planned = _num(r.n_pairs), _num(r.pairs_planned)
+        used, planned = fmt.num(r.n_pairs), fmt.num(r.pairs_planned)
         if r.hit_pair_cap is True:
             state = "cap hit: target not reached"
         elif not math.isnan(planned) and not math.isnan(used) and used < planned:
             state = f"unfinished: {int(planned - used)} more pair(s) planned (--resume)"
         else:
             state = (
-                "target met" if _num(r.delta_samples_per_s_halfwidth_pct) <= t["ci_halfwidth_pct"] else "—"
+                "target met" if fmt.num(r.delta_samples_per_s_halfwidth_pct) <= t["ci_halfwidth_pct"] else "—"
             )
         rows.append(
             [
-                _md(r.cell_id), _md(r.arm), f"±{t['ci_halfwidth_pct']:g}", str(t["min_pairs"]),
-                _int(r.pairs_wanted), str(t["max_pairs"]), _int(r.n_pairs),
-                f"±{_f(r.delta_samples_per_s_halfwidth_pct, '.2f')}", state,
+                fmt.md(r.cell_id), fmt.md(r.arm), f"±{t['ci_halfwidth_pct']:g}", str(t["min_pairs"]),
+                fmt.integer(r.pairs_wanted), str(t["max_pairs"]), fmt.integer(r.n_pairs),
+                f"±{fmt.f(r.delta_samples_per_s_halfwidth_pct, '.2f')}", state,
             ]
         )  # fmt: skip
     header = ["cell", "arm", "target (points)", "pilot pairs", "pairs this arm wants", "cap", "pairs used",
               "half-width achieved", "state"]  # fmt: skip
-    return [*lines, *_table(header, rows), ""]
+    return [*lines, *fmt.table(header, rows), ""]
 
 
 def startup_section(runs: pd.DataFrame, fork_server: dict | None = None) -> list[str]:
@@ -458,10 +425,10 @@ def startup_section(runs: pd.DataFrame, fork_server: dict | None = None) -> list
     for (cell, arm, preloaded, warm), g in ok.groupby(keys, sort=False, dropna=False):
         rows.append(
             [
-                _md(cell), _md(arm), "fork server" if preloaded == "true" else "new interpreter",
-                _md(warm if isinstance(warm, str) else "—"), str(len(g)), _f(g["startup_s"].median(), ".1f"),
-                _f(g["imports_s"].median(), ".1f"), _f(g["first_step_s"].median(), ".1f"),
-                _f(g["to_first_measured_step_s"].median(), ".1f"),
+                fmt.md(cell), fmt.md(arm), "fork server" if preloaded == "true" else "new interpreter",
+                fmt.md(warm if isinstance(warm, str) else "—"), str(len(g)), fmt.f(g["startup_s"].median(), ".1f"),
+                fmt.f(g["imports_s"].median(), ".1f"), fmt.f(g["first_step_s"].median(), ".1f"),
+                fmt.f(g["to_first_measured_step_s"].median(), ".1f"),
             ]
         )  # fmt: skip
     header = ["cell", "arm", "started from", "compile cache warm", "runs", "start → step 1 (s)",
@@ -474,7 +441,7 @@ def startup_section(runs: pd.DataFrame, fork_server: dict | None = None) -> list
             "from its fork. Each run is still its own process with its own CUDA context.",
             "",
         ]
-    return [*lines, *_table(header, rows), ""]
+    return [*lines, *fmt.table(header, rows), ""]
 
 
 def machine_state_line(runs: pd.DataFrame) -> list[str]:
@@ -484,7 +451,7 @@ def machine_state_line(runs: pd.DataFrame) -> list[str]:
         return []
 
     def span(col_lo: str, col_hi: str, spec: str) -> str:
-        return f"{_f(ok[col_lo].min(), spec)}–{_f(ok[col_hi].max(), spec)}"
+        return f"{fmt.f(ok[col_lo].min(), spec)}–{fmt.f(ok[col_hi].max(), spec)}"
 
     windows = ok["state_window"].dropna() if "state_window" in ok else pd.Series(dtype=object)
     whole = int((windows == "whole run").sum())
@@ -558,19 +525,26 @@ def render_markdown(
         lines += ["No (cell, repeat) has losses from both arms."]
     gaps = loss_parity_gaps(records)
     if gaps:
-        lines += ["", "Not compared:", *(f"- {_md(g)}" for g in gaps)]
+        lines += ["", "Not compared:", *(f"- {fmt.md(g)}" for g in gaps)]
     lines += ["", "## Runs that did not finish ok", ""]
     bad = runs[runs["status"] != "ok"]
     if len(bad):
-        lines += _table(
+        lines += fmt.table(
             ["run", "status", "reason", "note"],
-            [[_md(r.run_id), _md(r.status), _md(r.reason), _md(r.note)] for r in bad.itertuples()],
+            [
+                [fmt.md(r.run_id), fmt.md(r.status), fmt.md(r.reason), fmt.md(r.note)]
+                for r in bad.itertuples()
+            ],
         )
     else:
         lines += [f"All {len(runs)} runs finished ok."]
     noted = runs[(runs["status"] == "ok") & runs["note"].notna()]
     if len(noted):
-        lines += ["", "Notes on ok runs:", *(f"- {_md(r.run_id)}: {_md(r.note)}" for r in noted.itertuples())]
+        lines += [
+            "",
+            "Notes on ok runs:",
+            *(f"- {fmt.md(r.run_id)}: {fmt.md(r.note)}" for r in noted.itertuples()),
+        ]
     lines += ["", "## Plots", ""]
     lines += [f"![{title}]({name})" for name, title in PLOT_FILES.items()]
     lines += [

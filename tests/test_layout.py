@@ -1,0 +1,154 @@
+"""The code's shape: no import cycle, arrows pointing one way, small modules and functions.
+
+Imports are read with ``ast`` (function-local ones included: a lazy import still ties two
+modules together), so a cycle fails here, not at an unlucky import order at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("bench", "specforge")
+MAX_FILE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+# Layers of bench/, lowest first: a module may import its own layer or lower ones only.
+# Results and probes never reach up into the run loop; the run loop never into kernels.
+LAYERS = [
+    ("bench.fileio", "bench.fmt", "bench.errors", "bench.arms"),
+    ("bench.config",),
+    ("bench.probe", "bench.results"),
+    ("bench.trainers",),
+    ("bench.run",),
+    ("bench.kernels",),
+    ("bench.__main__",),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules ``name`` imports (a package import counts as its __init__)."""
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor if is_pkg else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for t in targets:
+            if t in known and t != name:
+                out.add(t)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {m: imports_of(m, p, known) for m, p in mods.items()}
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(g.get(m, ())):
+            if state.get(n) == 1:
+                return stack[stack.index(n) :] + [n]
+            if n not in state and (c := visit(n)):
+                return c
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(g):
+        if m not in state and (c := visit(m)):
+            return c
+    return None
+
+
+def layer(mod: str) -> int | None:
+    if mod == "bench":  # the package's (empty) __init__
+        return 0
+    for i, prefixes in enumerate(LAYERS):
+        if any(mod == p or mod.startswith(p + ".") for p in prefixes):
+            return i
+    return None
+
+
+def test_no_import_cycle():
+    g = graph()
+    # a package's __init__ importing its own submodules is not a cycle of behaviour; count it anyway
+    cycle = find_cycle(g)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_bench_imports_point_down_the_layers():
+    bad = []
+    for mod, deps in graph().items():
+        if not mod.startswith("bench"):
+            continue
+        mine = layer(mod)
+        assert mine is not None, f"{mod}: not in any layer of tests/test_layout.py"
+        for d in deps:
+            if d.startswith("bench") and layer(d) is not None and layer(d) > mine:
+                bad.append(f"{mod} imports {d}")
+    assert not bad, "; ".join(sorted(bad))
+
+
+def test_the_trainer_never_imports_bench_and_only_kernels_import_the_trainer():
+    g = graph()
+    assert not [
+        m for m, deps in g.items() if m.startswith("specforge") and any(d.startswith("bench") for d in deps)
+    ]
+    users = sorted(
+        m for m, deps in g.items() if m.startswith("bench") and any(d.startswith("specforge") for d in deps)
+    )
+    assert all(m.startswith("bench.kernels.") for m in users), users
+
+
+@pytest.mark.parametrize("mod", sorted(modules()))
+def test_modules_are_small_and_say_their_job(mod):
+    path = modules()[mod]
+    text = path.read_text()
+    tree = ast.parse(text)
+    lines = len(text.splitlines())
+    assert lines <= MAX_FILE_LINES, f"{path.relative_to(REPO)}: {lines} lines (at most {MAX_FILE_LINES})"
+    if lines > 5:
+        assert ast.get_docstring(tree), f"{path.relative_to(REPO)}: no module docstring saying its job"
+    long = [
+        f"{n.name} ({n.end_lineno - n.lineno + 1} lines)"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{path.relative_to(REPO)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
