@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 try:
-    from bench.config.sweep import SweepError
+    import bench.config.sweep  # noqa: F401  (PyYAML and the config: a missing dependency fails here, in one line)
+    from bench.errors import SweepError
 except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback
     print(
         f"error: this Python ({sys.executable}) lacks {getattr(_e, 'name', None) or _e}: run `make install`, "
@@ -27,30 +28,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("sweep", help="run (or resume) a sweep of training runs")
-    p.add_argument("config", help="sweep config YAML (e.g. configs/h200.yaml)")
-    p.add_argument("--out", help="output directory (default: the config's `out`)")
-    p.add_argument("--resume", action="store_true", help="finish an unfinished sweep in the output directory")
-    p.add_argument(
-        "--force", action="store_true", help="delete the output directory's runs and results (keeps cache/)"
-    )
-    p.add_argument(
-        "--dry-run", action="store_true", help="print the planned runs and commands; write nothing"
-    )
-
-    p = sub.add_parser(
-        "capacity",
-        help="find per arm the largest batch size or sequence length that trains (capacity: section)",
-    )
-    p.add_argument("config", help="sweep config YAML with a capacity: section")
-    p.add_argument("--out", help="output directory (default: the config's `out`)")
-    p.add_argument(
-        "--resume", action="store_true", help="finish an unfinished search in the output directory"
-    )
-    p.add_argument(
-        "--force", action="store_true", help="delete the output directory's probes and results (keeps cache/)"
-    )
-    p.add_argument("--dry-run", action="store_true", help="print the first probe of each arm; write nothing")
+    # sweep and capacity share their flags: one parent parser
+    runs = argparse.ArgumentParser(add_help=False)
+    runs.add_argument("--out", help="output directory (default: the config's `out`)")
+    for name, what, first, write in (
+        ("sweep", "run (or resume) a sweep of training runs", "the planned runs and commands", "runs"),
+        (
+            "capacity",
+            "find per arm the largest batch size or sequence length that trains (capacity: section)",
+            "the first probe of each arm",
+            "probes",
+        ),
+    ):
+        p = sub.add_parser(name, help=what, parents=[runs])
+        p.add_argument(
+            "config",
+            help="sweep config YAML (e.g. configs/h200.yaml)"
+            if name == "sweep"
+            else "sweep config YAML with a capacity: section",
+        )
+        unfinished = "sweep" if name == "sweep" else "search"
+        p.add_argument(
+            "--resume", action="store_true", help=f"finish an unfinished {unfinished} in the output directory"
+        )
+        p.add_argument(
+            "--force",
+            action="store_true",
+            help=f"delete the output directory's {write} and results (keeps cache/)",
+        )
+        p.add_argument("--dry-run", action="store_true", help=f"print {first}; write nothing")
 
     p = sub.add_parser("report", help="rebuild CSVs, plots and report.md from a sweep's run directories")
     p.add_argument("dir", help="sweep output directory (holds runs/)")
@@ -96,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command in ("sweep", "capacity"):
-            from bench.run import sweep as driver
+            from bench.run.sweep import run_sweep
 
-            return driver.run_sweep(
+            return run_sweep(
                 args.config,
                 out=args.out,
                 resume=args.resume,
@@ -107,11 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 capacity=args.command == "capacity",
             )
         if args.command == "report":
-            from bench.run import sweep as driver
+            from bench.run.console import report
 
             if not (Path(args.dir) / "runs").is_dir():
                 raise SweepError(f"{args.dir}: no runs/ directory; expected the output directory of a sweep")
-            return driver.report(Path(args.dir))
+            return report(Path(args.dir))
         if args.command == "compare":
             from bench.results.compare import compare
 
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(result)
             return 0
         if args.command == "kernels":
-            from bench.kernels.measure import run_kernels
+            from bench.kernels.cli import run_kernels
 
             return run_kernels(
                 args.config,

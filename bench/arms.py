@@ -32,6 +32,8 @@ class Arm:
     sets: Mapping[str, Any] = field(default_factory=dict)  # training keys the arm sets
     gpu_only: bool = False  # refused in a CPU sweep (Liger arms are recorded as skipped instead)
     polls_vram: bool = True
+    # keys of ``sets`` a cell may still set for every arm (sdpa: a CPU cell trains with SDPA anyway)
+    cell_may_set: tuple[str, ...] = ()
 
     @property
     def swapped_kinds(self) -> tuple[str, ...]:
@@ -79,6 +81,7 @@ ARMS: Mapping[str, Arm] = _arms(
         "sdpa",
         "the baseline with SDPA attention instead of flex attention",
         sets={"model.attention_backend": "sdpa"},
+        cell_may_set=("model.attention_backend",),
     ),
     Arm(
         "adamw_foreach",
@@ -106,10 +109,20 @@ _FIXED_KEYS = {
 
 
 def _driver_keys() -> Mapping[str, str]:
+    """The fixed keys, and every key an arm sets (with the arms that set it in the hint). The
+    RMSNorm / SwiGLU choices also name ``liger``, the arm that takes both."""
     keys = dict(_FIXED_KEYS)
-    for key in {k for arm in ARMS.values() for k in arm.sets} | set(LIGER_KERNEL_KEYS):
-        owners = [name for name, arm in ARMS.items() if key in arm.sets]
-        keys[key] = f"use arms ({', '.join(owners)})"
+    for key in dict.fromkeys(k for arm in ARMS.values() for k in arm.sets):
+        owners = [a.name for a in ARMS.values() if key in a.sets and key not in a.cell_may_set]
+        if owners:
+            both = LIGER_KERNEL_KEYS.get(key, ("", False))[1]  # on by default: part of the liger arm
+            family = [
+                a.name
+                for a in ARMS.values()
+                if {k for k in a.sets if LIGER_KERNEL_KEYS.get(k, ("", False))[1]}
+            ]
+            names = [*family, "liger"] if both else owners
+            keys[key] = f"use arms ({', '.join(names)})"
     return MappingProxyType(keys)
 
 

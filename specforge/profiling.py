@@ -132,3 +132,17 @@ def events(prof, device_type: str) -> list[tuple[str, float]]:
         elif e.device_type == DeviceType.CPU:
             out.append((e.name, float(e.self_cpu_time_total)))
     return [(n, t) for n, t in out if t > 0]
+
+
+def profile_record(events: list[tuple[str, float]], steps: list[int], device, liger: bool) -> dict:
+    """profile.json's content (rank 0): the profiled steps' time per bucket and the top kernels or ops."""
+    gpu = device.type == "cuda"
+    record = summarize(events, steps, "cuda" if gpu else "cpu", GPU_TIME if gpu else CPU_TIME)
+    if gpu:
+        import torch
+
+        record["device_name"] = torch.cuda.get_device_name(device)
+    else:
+        record["device_name"] = "cpu"
+    record["arm"] = "liger" if liger else "baseline"
+    return record

@@ -313,7 +313,7 @@ def run(
     dataset = make_dataset(cfg, profile)  # bad data or cache: a ConfigError before anything is written
     data_mod.check_batch(len(dataset), cfg.training.batch_size, env.world)
     started = started or time.time()
-    phases = {  # a run forked from a warm server (bench/forkstart.py) imported before it started
+    phases = {  # a run forked from a warm server (bench/procs/forkstart.py) imported before it started
         "imports_s": round(max(0.0, IMPORTED_AT - started), 2),
         "imports_preloaded": IMPORTED_AT < started,
         "dataset_s": round(time.perf_counter() - t_data, 2),
@@ -430,54 +430,64 @@ def _train(
             files.update(startup=startup)
         stats = torch.stack([torch.stack(losses).mean().float(), torch.stack(accs).mean().float()])
         stats = _reduce(stats, dist.ReduceOp.SUM) / env.world
-        alloc, reserved = _peak_memory(env.device)
         step_flops = trainer.step_flops(counts)
         flops_sum, flops_n = flops_sum + step_flops, flops_n + 1
-        row = {
-            "step": step + 1,
-            "loss": stats[0].item(),
-            "accuracy": stats[1].item(),
-            "step_time_s": dt,
-            "samples": samples,
-            "tokens": samples * cfg.data.seq_len,
-            "samples_per_s": samples / dt,
-            "tokens_per_s": samples * cfg.data.seq_len / dt,
-            "lr": lr_at(step, cfg),
-            "grad_norm": float(grad_norm),
-            "torch_peak_allocated_gib": alloc,
-            "torch_peak_reserved_gib": reserved,
-            "model_tflops": step_flops / 1e12,
-            "mfu": step_flops / dt / (peak * 1e12 * env.world) if peak else None,
-            "elapsed_s": round(time.time() - started, 3),  # process start -> end of this step
-            "time": round(time.time(), 3),  # wall clock at the end of this step (matches the poller's t)
-        }
+        row = _step_row(cfg, env, step, stats, dt, samples, float(grad_norm), step_flops, peak, started)
         if profiled:  # only then: an unprofiled run's rows are exactly as before
             row["profiled"] = True
         files.step(row)
         if (step + 1) % tr.log_every == 0 or step + 1 == tr.steps:
-            mfu = f" | mfu {row['mfu'] * 100:.1f}%" if row["mfu"] is not None else ""
-            mem = f" | mem {alloc:.2f}/{reserved:.2f} GiB" if alloc is not None else ""
-            log(
-                f"step {step + 1}/{tr.steps} | loss {row['loss']:.4f} | acc {row['accuracy']:.3f} | "
-                f"{dt:.3f} s/step | {row['samples_per_s']:.2f} samples/s{mem}{mfu}",
-                flush=True,
-            )
+            log(_step_line(row, tr.steps), flush=True)
     if tr.profile_steps:
-        _write_profile(files, cfg, env, profile_events)
+        record = profiling.profile_record(
+            profile_events, sorted(tr.profile_steps), env.device, cfg.model.use_liger_kernel
+        )
+        if files.enabled:
+            write_json_atomic(files.dir / "profile.json", record)
     files.finish("ok", None, model_flops_per_step=flops_sum / max(1, flops_n))
     return 0
 
 
-def _write_profile(files: RunFiles, cfg: TrainConfig, env: Env, events: list[tuple[str, float]]) -> None:
-    """profile.json (rank 0): the profiled steps' time per bucket and the top kernels or ops."""
-    gpu = env.device.type == "cuda"
-    record = profiling.summarize(
-        events,
-        sorted(cfg.training.profile_steps),
-        "cuda" if gpu else "cpu",
-        profiling.GPU_TIME if gpu else profiling.CPU_TIME,
+def _step_row(
+    cfg: TrainConfig,
+    env: Env,
+    step: int,
+    stats,
+    dt: float,
+    samples: int,
+    grad_norm: float,
+    step_flops: float,
+    peak: float | None,
+    started: float,
+) -> dict:
+    """One optimizer step's metrics.jsonl row (docs/run-contract.md)."""
+    alloc, reserved = _peak_memory(env.device)
+    return {
+        "step": step + 1,
+        "loss": stats[0].item(),
+        "accuracy": stats[1].item(),
+        "step_time_s": dt,
+        "samples": samples,
+        "tokens": samples * cfg.data.seq_len,
+        "samples_per_s": samples / dt,
+        "tokens_per_s": samples * cfg.data.seq_len / dt,
+        "lr": lr_at(step, cfg),
+        "grad_norm": grad_norm,
+        "torch_peak_allocated_gib": alloc,
+        "torch_peak_reserved_gib": reserved,
+        "model_tflops": step_flops / 1e12,
+        "mfu": step_flops / dt / (peak * 1e12 * env.world) if peak else None,
+        "elapsed_s": round(time.time() - started, 3),  # process start -> end of this step
+        "time": round(time.time(), 3),  # wall clock at the end of this step (matches the poller's t)
+    }
+
+
+def _step_line(row: dict, steps: int) -> str:
+    """The step's line on stdout."""
+    mfu = f" | mfu {row['mfu'] * 100:.1f}%" if row["mfu"] is not None else ""
+    alloc, reserved = row["torch_peak_allocated_gib"], row["torch_peak_reserved_gib"]
+    mem = f" | mem {alloc:.2f}/{reserved:.2f} GiB" if alloc is not None else ""
+    return (
+        f"step {row['step']}/{steps} | loss {row['loss']:.4f} | acc {row['accuracy']:.3f} | "
+        f"{row['step_time_s']:.3f} s/step | {row['samples_per_s']:.2f} samples/s{mem}{mfu}"
     )
-    record["device_name"] = torch.cuda.get_device_name(env.device) if gpu else "cpu"
-    record["arm"] = "liger" if cfg.model.use_liger_kernel else "baseline"
-    if files.enabled:
-        write_json_atomic(files.dir / "profile.json", record)

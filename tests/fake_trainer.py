@@ -22,6 +22,9 @@ Behaviours are chosen with --set keys:
                              divided by fake.liger_speedup in the Liger arm: throughput drawn from
                              a known distribution, the same on every replay of a run
     data.fail_prepare=true   make `prepare` fail
+and from the environment (so that one sweep of a config can differ from another):
+    FAKE_BLOCK_AFTER_RUNS=N  block forever before step 1 once N runs of the sweep have finished
+                             (a test kills the driver there: a deterministic point mid-sweep)
 The loss depends only on the step and the seed, so both arms agree (loss parity).
 """
 
@@ -113,6 +116,22 @@ def _allreduce(rank: int) -> dict:
     return {"allreduce": total.item(), "group_ranks": groups}
 
 
+def _block_after_runs(out: Path) -> None:
+    """FAKE_BLOCK_AFTER_RUNS=N: once N sibling runs have a terminal run.json, sleep until killed."""
+    limit = os.environ.get("FAKE_BLOCK_AFTER_RUNS")
+    if not limit:
+        return
+    finished = 0
+    for path in out.parent.glob("*/run.json"):
+        try:
+            finished += json.loads(path.read_text()).get("status") not in (None, "running")
+        except (OSError, ValueError):
+            pass
+    if finished >= int(limit):
+        while True:
+            time.sleep(3600)
+
+
 def train(cfg: dict, out: Path, liger: bool) -> int:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -143,6 +162,7 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
         run.update(_allreduce(rank))
     if rank == 0:
         atomic_write_json(out / "run.json", run)
+    _block_after_runs(out)
     if fake.get("spawn_child"):
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     hang_at = fake.get("hang_at_step") or (1 if fake.get("hang") else None)

@@ -391,7 +391,7 @@ def test_verdicts_where_only_one_arm_ran(liger_status, expected):
 
 
 def test_oom_reason_is_the_allocators_first_sentence():
-    from bench.run.sweep import short_oom
+    from bench.trainers.outcome import short_oom
 
     full = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has a total capacity "
@@ -429,3 +429,31 @@ def test_scaling_table_arithmetic():
     assert liger2.peak_vram_gib == 25.0
     # a single world size is no series
     assert scaling_table(summary_table(rows[0])).empty
+
+
+@pytest.mark.parametrize(
+    ("run_id", "cell_id", "arm", "repeat"),
+    [
+        ("p_offline_bs2_s64_liger_flce_r3", "p_offline_bs2_s64", "liger_flce", 3),  # not arm flce
+        ("p_offline_bs2_s64_liger_compile_r0", "p_offline_bs2_s64", "liger_compile", 0),  # nor compile
+        ("p_offline_bs2_s64_adamw_foreach_r1", "p_offline_bs2_s64", "adamw_foreach", 1),
+        ("p_offline_bs2_s64_compile_r2", "p_offline_bs2_s64", "compile", 2),
+        ("p_offline_bs2_s64_liger_r4", "p_offline_bs2_s64", "liger", 4),
+        ("p_offline_bs2_s64_newarm_r5", "p_offline_bs2_s64", "newarm", 5),  # not in bench.arms: one word
+    ],
+)
+def test_a_run_id_is_parsed_against_the_known_arms_longest_first(tmp_path, run_id, cell_id, arm, repeat):
+    from bench.results.records import parse_run_id
+
+    assert parse_run_id(run_id) == {"cell_id": cell_id, "arm": arm, "repeat": str(repeat)}
+    d = tmp_path / "runs" / run_id  # a cell.json without the keys: the record reads them off the id
+    d.mkdir(parents=True)
+    (d / "cell.json").write_text(json.dumps({"profile": "p"}))
+    (rec,) = load_runs(tmp_path)
+    assert (rec.run_id, rec.cell_id, rec.arm, rec.repeat) == (run_id, cell_id, arm, repeat)
+
+
+def test_a_name_that_is_no_run_id_parses_to_nothing():
+    from bench.results.records import parse_run_id
+
+    assert parse_run_id("baseline_r") is None and parse_run_id("r3") is None and parse_run_id("x_r3") is None

@@ -15,8 +15,10 @@ from bench.fileio import read_json
 from bench.results import report
 from bench.results.capacity import capacity_table
 from bench.run import capacity
-from bench.run import sweep as driver
+from bench.run.session import Session
 from tests.test_driver import fakes, sweep_file, train_configs  # noqa: F401
+
+REAL_BUILD_REPORT = report.build_report  # before the fakes fixture replaces it
 
 
 def simulate(threshold: int, cap: Capacity) -> tuple[int | None, list[int]]:
@@ -52,9 +54,7 @@ def test_an_error_stops_the_arm_and_nothing_fits_ends_it():
 @pytest.fixture
 def real_report(fakes, monkeypatch):  # noqa: F811
     """The fake trainer and hardware, but the real report (capacity.csv is built there)."""
-    from bench.results.report import build_report
-
-    monkeypatch.setattr(driver, "build_report", build_report)
+    monkeypatch.setattr(report, "build_report", REAL_BUILD_REPORT)
 
 
 def capacity_sweep(tmp_path, max_batch: int = 11, **top):
@@ -86,7 +86,7 @@ def test_a_killed_search_resumes_to_the_same_answer(tmp_path, fakes, monkeypatch
     path = capacity_sweep(tmp_path)
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert main(["capacity", str(path), "--out", str(whole)]) == 0
-    real, calls = driver.execute_run, []
+    real, calls = Session.execute, []
 
     def dies_on_the_fifth_probe(*args, **kw):
         calls.append(1)
@@ -94,10 +94,10 @@ def test_a_killed_search_resumes_to_the_same_answer(tmp_path, fakes, monkeypatch
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(driver, "execute_run", dies_on_the_fifth_probe)
+    monkeypatch.setattr(Session, "execute", dies_on_the_fifth_probe)
     assert main(["capacity", str(path), "--out", str(killed)]) == 130
     assert len(list((killed / "runs").iterdir())) == 4
-    monkeypatch.setattr(driver, "execute_run", real)
+    monkeypatch.setattr(Session, "execute", real)
     assert main(["capacity", str(path), "--out", str(killed), "--resume"]) == 0
     names = sorted(p.name for p in (killed / "runs").iterdir())
     assert names == sorted(p.name for p in (whole / "runs").iterdir())  # nothing lost, nothing twice

@@ -16,9 +16,13 @@ import yaml
 
 from bench.__main__ import main
 from bench.config.sweep import load_config, plan
-from bench.fileio import atomic_write_text, read_json, read_jsonl
-from bench.run import console, launcher
-from bench.run import sweep as driver
+from bench.fileio import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from bench.probe import hardware, vram
+from bench.procs import launcher
+from bench.results import report
+from bench.run import console, preflight
+from bench.run.sweepdir import is_finished
+from bench.trainers import plug_for
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_INFO = {"vendor": "none", "gpu_names": [], "gpu_count": 0, "kind": "cpu"}
@@ -43,7 +47,7 @@ class FakePoller:
 
     def stop(self):
         summary = {"backend": "none", "status": "unavailable", "reason": "no GPU", "devices": []}
-        driver.atomic_write_json(self.run_dir / "vram.json", summary)
+        atomic_write_json(self.run_dir / "vram.json", summary)
         return summary
 
 
@@ -76,13 +80,13 @@ def install_missing_stubs() -> None:
 @pytest.fixture
 def fakes(monkeypatch):
     monkeypatch.chdir(REPO)  # `-m tests.fake_trainer` resolves from the repo root
-    monkeypatch.setattr(driver, "detect_hardware", lambda: dict(CPU_INFO))
-    monkeypatch.setattr(driver, "check_hardware", fake_check_hardware)
-    monkeypatch.setattr(driver, "make_poller", lambda run_dir, interval_s: FakePoller(run_dir, interval_s))
-    monkeypatch.setattr(driver, "build_report", fake_build_report)
-    monkeypatch.setattr(driver, "liger_skip_reason", lambda: driver.NO_GPU)
+    monkeypatch.setattr(hardware, "detect", lambda: dict(CPU_INFO))
+    monkeypatch.setattr(hardware, "check_hardware", fake_check_hardware)
+    monkeypatch.setattr(vram, "VramPoller", lambda run_dir, interval_s: FakePoller(run_dir, interval_s))
+    monkeypatch.setattr(report, "build_report", fake_build_report)
+    monkeypatch.setattr(preflight, "liger_skip_reason", lambda: preflight.NO_GPU)
     monkeypatch.setattr(launcher, "KILL_GRACE_S", 2.0)
-    monkeypatch.setattr(driver, "vram_preflight", lambda: None)
+    monkeypatch.setattr(vram, "preflight", lambda: None)
 
 
 # ---------------------------------------------------------------- helpers
@@ -148,7 +152,7 @@ def test_commands_single_process_and_torchrun(tmp_path):
     cfg = load_config(sweep_file(tmp_path, cells, arms=["baseline", "liger"], gpus_per_run=[1, 2]))
     runs = plan(cfg)
     base, liger = runs[0], runs[1]
-    cmd = driver.train_command(cfg, base, Path("out/runs/x"), Path("out/cache/k"))
+    cmd = plug_for(cfg).train_command(cfg, base, Path("out/runs/x"), Path("out/cache/k"))
     assert cmd[:4] == [sys.executable, "-m", "tests.fake_trainer", "train"]
     sets = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--set"]
     assert sets == [
@@ -160,9 +164,9 @@ def test_commands_single_process_and_torchrun(tmp_path):
         "training.num_anchors=16",
     ]
     assert cmd[-2:] == ["--output-dir", "out/runs/x"] and "--use-liger-kernel" not in cmd
-    assert "--use-liger-kernel" in driver.train_command(cfg, liger, Path("r"), None)
+    assert "--use-liger-kernel" in plug_for(cfg).train_command(cfg, liger, Path("r"), None)
     g2 = next(r for r in runs if r.cell.gpus == 2)
-    cmd = driver.train_command(cfg, g2, Path("r"), None)
+    cmd = plug_for(cfg).train_command(cfg, g2, Path("r"), None)
     assert cmd[:7] == [
         sys.executable,
         "-m",
@@ -188,7 +192,7 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path, fakes, capsys):
     assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
     ids = [r.run_id for r in plan(load_config(cfg))]
     assert all(i in printed for i in ids) and printed.index(ids[0]) < printed.index(ids[1])
-    assert "prepare" in printed and "--output-dir" in printed and driver.NO_GPU in printed
+    assert "prepare" in printed and "--output-dir" in printed and preflight.NO_GPU in printed
 
 
 # ---------------------------------------------------------------- refusals
@@ -209,13 +213,13 @@ def test_too_many_gpus_refused(tmp_path, fakes, monkeypatch, capsys):
     tc = train_configs(tmp_path)
     cell = {"config": tc["online"], "batch_size": 1, "seq_len": 64}
     out = tmp_path / "out"
-    monkeypatch.setattr(driver, "detect_hardware", lambda: {**CPU_INFO, "kind": "h200", "gpu_count": 1})
+    monkeypatch.setattr(hardware, "detect", lambda: {**CPU_INFO, "kind": "h200", "gpu_count": 1})
     assert (
         main(["sweep", str(sweep_file(tmp_path, [cell], hardware="h200", gpus_per_run=2)), "--out", str(out)])
         == 2
     )
     assert "gpus_per_run: 2 GPUs per run, but this machine has 1" in capsys.readouterr().err
-    monkeypatch.setattr(driver, "detect_hardware", lambda: dict(CPU_INFO))
+    monkeypatch.setattr(hardware, "detect", lambda: dict(CPU_INFO))
     assert main(["sweep", str(sweep_file(tmp_path, [cell], gpus_per_run=3)), "--out", str(out)]) == 2
     assert "expected at most 2 (gloo)" in capsys.readouterr().err
     assert not out.exists()
@@ -264,12 +268,12 @@ def failure_sweep(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("failures")
     mp = pytest.MonkeyPatch()
     mp.chdir(REPO)
-    mp.setattr(driver, "detect_hardware", lambda: dict(CPU_INFO))
-    mp.setattr(driver, "check_hardware", fake_check_hardware)
-    mp.setattr(driver, "make_poller", lambda run_dir, interval_s: FakePoller(run_dir, interval_s))
-    mp.setattr(driver, "build_report", fake_build_report)
-    mp.setattr(driver, "liger_skip_reason", lambda: driver.NO_GPU)
-    mp.setattr(driver, "vram_preflight", lambda: None)
+    mp.setattr(hardware, "detect", lambda: dict(CPU_INFO))
+    mp.setattr(hardware, "check_hardware", fake_check_hardware)
+    mp.setattr(vram, "VramPoller", lambda run_dir, interval_s: FakePoller(run_dir, interval_s))
+    mp.setattr(report, "build_report", fake_build_report)
+    mp.setattr(preflight, "liger_skip_reason", lambda: preflight.NO_GPU)
+    mp.setattr(vram, "preflight", lambda: None)
     mp.setattr(launcher, "KILL_GRACE_S", 2.0)
     tc = train_configs(tmp_path)
 
@@ -334,15 +338,15 @@ def test_failed_runs_make_the_sweep_exit_nonzero_and_it_goes_on(failure_sweep):
     runs = statuses(out)
     assert len(runs) == 18  # every planned run has a record: the sweep went on after each failure
     assert rc == 1 and "5 of 18 runs did not finish ok" in err
-    assert f"skipped 9 run(s): {driver.NO_GPU}" in printed
+    assert f"skipped 9 run(s): {preflight.NO_GPU}" in printed
     assert "report: " in printed and "| run | status |" in printed
     for rid, doc in runs.items():
         if rid.endswith("_liger_r1"):
-            assert doc == {**doc, "status": "skipped", "reason": driver.NO_GPU, "arm": "liger"}
+            assert doc == {**doc, "status": "skipped", "reason": preflight.NO_GPU, "arm": "liger"}
             assert (out / "runs" / rid / "cell.json").exists()
             assert not (out / "runs" / rid / "stdout.log").exists()
     for pgid in launched_groups(out):  # the hung run's grandchild died with its group
-        assert not driver.group_alive(pgid)
+        assert not launcher.group_alive(pgid)
 
 
 def test_offline_cells_share_one_cache_and_records_are_complete(failure_sweep):
@@ -376,7 +380,7 @@ def test_torchrun_runs_and_its_timeout_kills_every_rank(tmp_path, fakes):
     hang = runs["tiny_online_bs1_s32_g2_hang_baseline_r1"]
     assert hang["status"] == "timeout" and hang["reason"].startswith("timed out after 4 s")
     for pgid in launched_groups(out):
-        assert not driver.group_alive(pgid)
+        assert not launcher.group_alive(pgid)
 
 
 def test_a_rank_that_dies_ends_the_tree_with_its_reason(tmp_path, fakes):
@@ -391,19 +395,19 @@ def test_a_rank_that_dies_ends_the_tree_with_its_reason(tmp_path, fakes):
     assert doc["status"] == "error"
     assert doc["reason"].startswith("rank 1: RuntimeError: fake crash at step 2 on rank 1 (exit code ")
     for pgid in launched_groups(out):
-        assert not driver.group_alive(pgid)
+        assert not launcher.group_alive(pgid)
 
 
 def test_liger_skip_reasons(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert driver.liger_skip_reason() == driver.NO_GPU
+    assert preflight.liger_skip_reason() == preflight.NO_GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    assert driver.liger_skip_reason() == driver.NO_LIGER
+    assert preflight.liger_skip_reason() == preflight.NO_LIGER
     monkeypatch.setattr(torch.version, "hip", "6.2.41133", raising=False)  # ROCm: no pip-installed triton
-    assert driver.liger_skip_reason() == driver.NO_LIGER_ROCM and "--no-deps" in driver.NO_LIGER_ROCM
+    assert preflight.liger_skip_reason() == preflight.NO_LIGER_ROCM and "--no-deps" in preflight.NO_LIGER_ROCM
 
 
 def test_keyboard_interrupt_stops_the_run_and_leaves_it_unfinished(tmp_path, fakes, monkeypatch, capsys):
@@ -422,8 +426,8 @@ def test_keyboard_interrupt_stops_the_run_and_leaves_it_unfinished(tmp_path, fak
     out = tmp_path / "out"
     assert main(["sweep", str(cfg), "--out", str(out)]) == 130
     rdir = out / "runs" / "tiny_online_bs1_s64_baseline_r1"
-    assert not driver.is_finished(rdir) and "exit_code" not in read_json(rdir / "launch.json")
-    assert not driver.group_alive(read_json(rdir / "launch.json")["pgid"])
+    assert not is_finished(rdir) and "exit_code" not in read_json(rdir / "launch.json")
+    assert not launcher.group_alive(read_json(rdir / "launch.json")["pgid"])
     assert "--resume redoes it" in capsys.readouterr().err
 
 
@@ -472,7 +476,7 @@ def test_kill_dash_9_then_resume(tmp_path):
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:  # wait for two finished runs and a third in flight
-            finished = [r for r in launched if driver.is_finished(out / "runs" / r)]
+            finished = [r for r in launched if is_finished(out / "runs" / r)]
             in_flight = [
                 r for r in launched if (out / "runs" / r / "metrics.jsonl").exists() and r not in finished
             ]
@@ -486,7 +490,7 @@ def test_kill_dash_9_then_resume(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert not all(driver.is_finished(out / "runs" / r) for r in planned)
+    assert not all(is_finished(out / "runs" / r) for r in planned)
     res = subprocess.run(
         bench_cmd("sweep", str(cfg), "--out", str(out), "--resume"), cwd=REPO, capture_output=True, text=True
     )
@@ -495,7 +499,7 @@ def test_kill_dash_9_then_resume(tmp_path):
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(planned)
     for rid in planned:
         rdir = out / "runs" / rid
-        assert driver.is_finished(rdir), rid
+        assert is_finished(rdir), rid
         doc = read_json(rdir / "run.json")
         assert doc["status"] == ("ok" if rid in launched else "skipped"), (rid, doc)
         if rid in launched:
@@ -504,7 +508,7 @@ def test_kill_dash_9_then_resume(tmp_path):
         ids = [row["run_id"] for row in csv.DictReader(f)]
     assert sorted(ids) == sorted(planned)
     for pgid in launched_groups(out):
-        assert not driver.group_alive(pgid)
+        assert not launcher.group_alive(pgid)
     assert len(read_json(out / "sweep.json")["resumes"]) == 1
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from bench.__main__ import main
 from bench.fileio import read_json
-from bench.run import forkstart, launcher
+from bench.procs import forkstart, launcher
 from tests.helpers import REPO
 from tests.test_driver import fakes, sweep_file, train_configs  # noqa: F401 (fakes is a fixture)
 
@@ -73,7 +73,7 @@ def test_a_killed_driver_takes_its_forked_runs_with_it(tmp_path):
     """kill -9 of the driver: the server exits, and the run (its child) gets SIGTERM."""
     out = tmp_path / "probe.json"
     script = (
-        "import sys; from pathlib import Path; from bench.run import forkstart, launcher; "
+        "import sys; from pathlib import Path; from bench.procs import forkstart, launcher; "
         "forkstart.start_server([]); "
         f"launcher.run_process([sys.executable, '-m', 'tests.fork_probe', {str(out)!r}, '0', 'sleep'], "
         f"Path({str(tmp_path / 'log')!r}), Path({str(tmp_path / 'launch.json')!r}), 600, fork=True)"

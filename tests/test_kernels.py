@@ -8,16 +8,10 @@ import pandas as pd
 import pytest
 
 from bench.__main__ import main
-from bench.kernels.measure import (
-    KERNEL_COLUMNS,
-    draft_shapes,
-    loss_site,
-    module_sites,
-    predictions,
-    roofline,
-    site_cost,
-    swapped_kinds,
-)
+from bench.kernels import roofline
+from bench.kernels.cell import KERNEL_COLUMNS
+from bench.kernels.predict import predictions, swapped_kinds
+from bench.kernels.shapes import draft_shapes, loss_site, module_sites, site_cost
 from specforge.config import load_profile
 from tests.helpers import CONFIGS, run_cli
 
@@ -344,7 +338,7 @@ def test_the_loss_site_times_the_trainers_two_losses(monkeypatch):
     import torch
 
     from bench.config.sweep import load_config
-    from bench.kernels import measure as kernels
+    from bench.kernels import modules, shapes
     from specforge import liger
 
     functional = pytest.importorskip("liger_kernel.transformers.functional")
@@ -360,17 +354,17 @@ def test_the_loss_site_times_the_trainers_two_losses(monkeypatch):
     monkeypatch.setattr(functional, "liger_fused_linear_cross_entropy", fake_flce)
     monkeypatch.setattr(liger, "fused_linear_ce_fn", lambda: fake_flce)
     cfg = load_config(CONFIGS / "cpu.yaml")
-    plan = kernels.plan_cell(cfg, cfg.cells[0], "cpu")
-    site = kernels.loss_site(plan.shapes)
+    plan = modules.plan_cell(cfg, cfg.cells[0], "cpu")
+    site = shapes.loss_site(plan.shapes)
     x = torch.randn(site.shape, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
     grads, losses = [], []
     for use_liger in (False, True):
-        head = kernels.loss_head(plan, site, use_liger)
+        head = modules.loss_head(plan, site, use_liger)
         loss = head(x)
         loss.backward()
         grads.append(x.grad.clone())
         losses.append(float(loss.detach()))
         x.grad = None
-    assert type(kernels.loss_head(plan, site, False)).__name__ == "ChunkedLinearCE"
+    assert type(modules.loss_head(plan, site, False)).__name__ == "ChunkedLinearCE"
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)

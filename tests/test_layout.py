@@ -21,7 +21,7 @@ MAX_FUNCTION_LINES = 80
 LAYERS = [
     ("bench.fileio", "bench.fmt", "bench.errors", "bench.arms"),
     ("bench.config",),
-    ("bench.probe", "bench.results"),
+    ("bench.probe", "bench.results", "bench.procs"),
     ("bench.trainers",),
     ("bench.run",),
     ("bench.kernels",),

@@ -21,7 +21,7 @@ from bench.fileio import read_json, read_jsonl
 from bench.probe import nodevram
 from bench.results import plots
 from bench.results.aggregate import VRAM_PER_CARD_COLUMNS, load_runs, run_row, vram_per_card_table
-from bench.run import sweep as driver
+from bench.trainers import plug_for
 from tests.test_driver import (
     fakes,  # noqa: F401  (a fixture, used by name)
     sweep_file,
@@ -97,7 +97,7 @@ def test_each_node_polls_its_cards_and_the_driver_gathers_every_node(tmp_path, m
     poll_node(monkeypatch, rdir, 1, 50)
     assert read_json(rdir / "vram_node_1.json")["hostname"] == socket.gethostname()
     assert read_jsonl(rdir / "vram_node_1.jsonl")[-1]["used_gib"] == [50.0, 2.0]
-    merged = driver.gather_node_vram(rdir, 2)
+    merged = nodevram.gather(rdir, 2)
     assert merged["status"] == "ok" and merged["reason"] is None and merged["backend"] == "nvml"
     assert read_json(rdir / "vram.json") == merged
 
@@ -206,7 +206,7 @@ def test_multinode_command_wraps_each_agent_in_its_poller(tmp_path):
     top = {"nodes": 2, "launcher": launcher, "rdzv_endpoint": "node0:29400", "arms": ["baseline", "nopoll"]}
     cfg = load_config(sweep_file(tmp_path, [cell(tc)], **top))
     polled, unpolled = plan(cfg)
-    cmd = driver.train_command(cfg, polled, Path("r"), None)
+    cmd = plug_for(cfg).train_command(cfg, polled, Path("r"), None)
     agent = cmd.index("torch.distributed.run") - 2
     assert cmd[:4] == launcher
     poller = [sys.executable, "-m", "bench.probe.nodevram", "--run-dir", "r", "--interval-s", "0.05", "--"]
@@ -216,10 +216,10 @@ def test_multinode_command_wraps_each_agent_in_its_poller(tmp_path):
         "--rdzv-endpoint", "node0:29400", "--rdzv-id", polled.run_id, "-m", "tests.fake_trainer",
     ]  # fmt: skip
     assert cmd[agent + 15] == "train"
-    assert "bench.probe.nodevram" not in driver.train_command(
+    assert "bench.probe.nodevram" not in plug_for(cfg).train_command(
         cfg, unpolled, Path("r"), None
     )  # nopoll: no poller
-    check = driver.check_command(cfg, cfg.cells[0], tmp_path, None)
+    check = plug_for(cfg).check_command(cfg, cfg.cells[0], tmp_path, None)
     assert check[:5] == [sys.executable, "-m", "tests.fake_trainer", "check", tc["online"]]
 
 

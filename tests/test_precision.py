@@ -4,6 +4,7 @@ kill reaches the same decision, A/A and poller-off arms, the shared compile cach
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -16,8 +17,9 @@ import yaml
 from bench.config.sweep import SweepError, load_config, plan
 from bench.fileio import read_json, read_jsonl
 from bench.results import stats
-from bench.run import sweep as driver
-from bench.run import sweepdir
+from bench.run import execute, sweepdir
+from bench.run.sweep import run_sweep
+from bench.trainers import plug_for
 from tests.test_driver import REPO, fakes, statuses, sweep_file, train_configs  # noqa: F401
 
 PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 5}
@@ -48,7 +50,7 @@ def test_adaptive_sweep_stops_where_steins_rule_says(tmp_path, fakes):  # noqa: 
     assert cfg.arms == ("baseline", "aa")  # [baseline, baseline] is an A/A comparison
     assert len(plan(cfg)) == 6  # the pilot: 3 pairs x 2 arms
     out = tmp_path / "out"
-    assert driver.run_sweep(cfg_path, out=out) == 0
+    assert run_sweep(cfg_path, out=out) == 0
     runs = statuses(out)
     cell = cfg.cells[0].cell_id
     # the rule, recomputed here from the raw metrics of the pilot
@@ -76,11 +78,13 @@ def test_resume_of_a_killed_adaptive_sweep_reaches_the_same_decision(tmp_path):
     cmd = [sys.executable, "-m", "bench", "sweep", str(cfg_path)]
     r = subprocess.run([*cmd, "--out", str(whole)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    # the 9th run (past the pilot) blocks before its first step: the kill lands mid-sweep, always
+    env = {**os.environ, "FAKE_BLOCK_AFTER_RUNS": "8"}
     proc = subprocess.Popen(
-        [*cmd, "--out", str(killed)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*cmd, "--out", str(killed)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
     )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(killed.glob("runs/*/run.json"))) < 8:  # past the pilot
+    while time.monotonic() < deadline and len(list(killed.glob("runs/*/run.json"))) < 9:  # the blocked one
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -119,20 +123,20 @@ def test_poller_off_arm_and_shared_compile_cache(tmp_path, fakes, monkeypatch): 
     cfg = load_config(cfg_path)
     assert cfg.polls("baseline") and not cfg.polls("nopoll")
     out = tmp_path / "out"
-    assert driver.run_sweep(cfg_path, out=out) == 0
+    assert run_sweep(cfg_path, out=out) == 0
     cell = cfg.cells[0].cell_id
     nopoll = read_json(out / "runs" / f"{cell}_nopoll_r1" / "vram.json")
     assert nopoll["status"] == "disabled" and "without the poller" in nopoll["reason"]
     first = read_json(out / "runs" / f"{cell}_baseline_r1" / "cell.json")["compile_cache"]
     assert first["dir"].startswith(str(out / "cache" / "compile" / "torch-"))
-    env = driver.compile_env(Path(first["dir"]))
+    env = execute.compile_env(Path(first["dir"]))
     assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(first["dir"]) and env["TRITON_CACHE_DIR"].startswith(
         first["dir"]
     )
     # --force starts over but keeps cache/ (the compile cache and offline caches)
     Path(first["dir"], "inductor").mkdir(parents=True)
     Path(first["dir"], "inductor", "x").write_text("kernel")
-    assert driver.run_sweep(cfg_path, out=out, force=True) == 0
+    assert run_sweep(cfg_path, out=out, force=True) == 0
     assert Path(first["dir"], "inductor", "x").exists()
     assert read_json(out / "runs" / f"{cell}_baseline_r1" / "cell.json")["compile_cache"]["warm"] is True
 
@@ -222,7 +226,7 @@ def test_single_kernel_arms_set_their_keys(tmp_path):
         arms=["baseline", "rmsnorm", "swiglu", "liger"],
     )
     cfg = load_config(path)
-    argv = {r.arm: driver.train_command(cfg, r, tmp_path / r.run_id, None) for r in plan(cfg)}
+    argv = {r.arm: plug_for(cfg).train_command(cfg, r, tmp_path / r.run_id, None) for r in plan(cfg)}
     assert "--use-liger-kernel" in argv["rmsnorm"] and "model.liger_swiglu=false" in argv["rmsnorm"]
     assert "--use-liger-kernel" in argv["swiglu"] and "model.liger_rms_norm=false" in argv["swiglu"]
     assert "--use-liger-kernel" in argv["liger"] and not any(

@@ -121,6 +121,23 @@ def test_build_report_writes_every_file(sweep):
     assert summary.loc[(CPU_CELL, "baseline"), "n_ok"] == 1
 
 
+def first_table(md: str) -> list[str]:
+    """The lines of the first Markdown table of a document."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+def test_build_report_returns_the_main_table_it_wrote(sweep):
+    out = build_report(sweep)
+    main = out["main_table"]
+    assert isinstance(main, list) and all(isinstance(line, str) for line in main)
+    assert main == first_table(out["paths"]["report.md"].read_text())
+    assert main[0] == "| " + " | ".join(MAIN_TABLE_HEADER) + " |"
+    assert len(main) == 2 + 4  # header, rule, one row per (cell, arm)
+
+
 def test_report_md_reads_like_the_seeds(sweep):
     build_report(sweep)
     md = (sweep / "report.md").read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -9,7 +11,8 @@ import pytest
 import yaml
 
 from bench.__main__ import main
-from bench.config.sweep import SweepError, diff_resolved, format_set_value, load_config, plan
+from bench.config import SweepError, diff_resolved, format_set_value, load_config, plan
+from bench.config.schema import CapacityKeys, CellKeys, PrecisionKeys, SweepKeys
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -337,7 +340,7 @@ def test_shipped_configs_against_real_training_configs(monkeypatch):
 
 def test_option_arms_set_their_keys_and_only_liger_arms_patch(tmp_path, base):
     """Each arm is a named set of trainer options; its run's command carries exactly those."""
-    from bench.run.sweep import train_command
+    from bench.trainers import plug_for
 
     base["hardware"] = "h200"
     base["cells"] = [base["cells"][1]]  # online, flex attention (the train config's default)
@@ -352,7 +355,8 @@ def test_option_arms_set_their_keys_and_only_liger_arms_patch(tmp_path, base):
         "adamw_foreach": ["training.fused_adamw=false"],
     }
     for arm, sets in expect.items():
-        argv = train_command(load_config(write_sweep(tmp_path, base)), runs[arm], tmp_path / arm, None)
+        cfg = load_config(write_sweep(tmp_path, base))
+        argv = plug_for(cfg).train_command(cfg, runs[arm], tmp_path / arm, None)
         arm_sets = [
             a
             for a in argv
@@ -371,3 +375,43 @@ def test_option_arms_set_their_keys_and_only_liger_arms_patch(tmp_path, base):
 def test_default_arms_are_baseline_and_liger(tmp_path, base):
     del base["arms"]
     assert load_config(write_sweep(tmp_path, base)).arms == ("baseline", "liger")
+
+
+# What the sweep config parser resolved for every shipped config before bench/config was rebuilt on
+# the typed engine (taken from that code, run in the repository root): the resolved config is
+# stored in sweep.json and compared by --resume, so the rebuild must not change a byte of it.
+RESOLVED = json.loads((REPO / "tests" / "data" / "resolved_configs.json").read_text())
+
+
+def _json(value) -> str:
+    return json.dumps(value, sort_keys=True)  # tells 600 from 600.0, as sweep.json does
+
+
+@pytest.mark.parametrize("config", sorted(RESOLVED))
+def test_resolved_config_is_unchanged(config, monkeypatch):
+    monkeypatch.chdir(REPO)
+    cfg = load_config(f"configs/{config}")
+    assert _json(cfg.resolved) == _json(RESOLVED[config])
+    assert list(cfg.resolved) == list(RESOLVED[config])  # the keys in declaration order, too
+
+
+@pytest.mark.parametrize("config", SHIPPED)
+def test_resolved_config_matches_the_committed_sweep(config, monkeypatch):
+    """A committed sweep's sweep.json holds the config it ran: each of its keys resolves to the same
+    value today, and a key added to the schema since (prime_runs, contrasts, ...) holds its default,
+    so --resume finds no difference."""
+    monkeypatch.chdir(REPO)
+    cfg = load_config(f"configs/{config}.yaml")
+    sweep_json = REPO / "results" / cfg.name / "sweep.json"
+    if not sweep_json.is_file() or json.loads(sweep_json.read_text())["config"]["name"] != cfg.name:
+        pytest.skip(f"no committed sweep of {cfg.name}")
+    stored = json.loads(sweep_json.read_text())["config"]
+    assert {k: _json(cfg.resolved[k]) for k in stored} == {k: _json(v) for k, v in stored.items()}
+    assert diff_resolved(stored, cfg.resolved) == []
+
+
+@pytest.mark.parametrize("section", [SweepKeys, CellKeys, PrecisionKeys, CapacityKeys])
+def test_every_key_has_a_one_line_doc(section):
+    for f in dataclasses.fields(section):
+        doc = f.metadata["doc"]
+        assert doc.strip() and "\n" not in doc, f"{section.__name__}.{f.name}"

@@ -12,7 +12,7 @@ import pytest
 from bench.__main__ import main
 from bench.config.sweep import Run, load_config
 from bench.fileio import read_json
-from bench.run import sweep as driver
+from bench.trainers.embedded import EMBEDDED
 from tests.test_driver import fakes, snapshot, sweep_file, train_configs  # noqa: F401
 
 
@@ -122,7 +122,7 @@ def test_an_ok_run_with_missing_or_torn_metrics_is_not_ok(tmp_path):
     (rdir / "run.json").write_text(json.dumps({"status": "ok", "reason": None}))
     rows = [json.dumps({"step": i, "step_time_s": 0.1, "samples": 1}) for i in (1, 2, 3)]
     (rdir / "metrics.jsonl").write_text("\n".join(rows) + '\n{"step": 4, "step_ti')
-    doc = driver.reconcile(rdir, run, 0, False, "t0")
+    doc = EMBEDDED.reconcile(rdir, run, 0, False, "t0")
     assert doc["status"] == "error"
     assert (
         doc["reason"] == "metrics.jsonl holds 3 of 4 steps and 1 unreadable line(s); the run is not counted"
@@ -134,7 +134,7 @@ def test_a_torn_run_json_is_reported_as_such(tmp_path):
     run, rdir = _run(tmp_path)
     (rdir / "run.json").write_text('{"status": "ok", "rea')
     (rdir / "stdout.log").write_text("step 1/4\nKilled\n")
-    doc = driver.reconcile(rdir, run, -9, False, "t0")
+    doc = EMBEDDED.reconcile(rdir, run, -9, False, "t0")
     assert doc["status"] == "error" and doc["reason"] == "Killed (killed by SIGKILL)"
     assert "not valid JSON" in doc["driver_note"]
 

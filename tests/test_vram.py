@@ -19,6 +19,7 @@ import types
 import pytest
 
 from bench.fileio import read_json, read_jsonl
+from bench.probe import poller as vram_poller
 from bench.probe import vram
 from tests.helpers import REPO, run_cli
 
@@ -78,7 +79,7 @@ class Script:
 
 
 def fake_pynvml(script: Script, names=None, total=80 * GIB, init_error=None, state=None) -> types.ModuleType:
-    """A module with exactly the NVML calls bench.probe.vram may use, returning what pynvml returns.
+    """A module with exactly the NVML calls bench.probe.nvml may use, returning what pynvml returns.
 
     ``state``: per-call overrides {"sm": int|NVMLError, "mem", "temp", "power_mw"}.
     """
@@ -268,7 +269,7 @@ def fake_amdsmi(
     vram_usage_error=None,
     state=None,
 ) -> types.ModuleType:
-    """A module with exactly the AMD SMI calls bench.probe.vram may use, as the real package has them.
+    """A module with exactly the AMD SMI calls bench.probe.amd may use, as the real package has them.
 
     ``script`` holds bytes when ``memory_usage_works`` else MB (the vram_usage fallback).
     ``version``: "7.0" (the 7.0.2 wheel), "6.2" (no target_graphics_version, socket_power)
@@ -947,7 +948,7 @@ def test_samples_buffered_not_one_open_per_sample(tmp_path, monkeypatch):
         opens.append(args[0])
         return real_open(*args, **kwargs)
 
-    monkeypatch.setattr(vram, "open", counting_open, raising=False)
+    monkeypatch.setattr(vram_poller, "open", counting_open, raising=False)
     t0 = time.monotonic()
     summary = run_until(make_poller(tmp_path), 20)
     elapsed = time.monotonic() - t0

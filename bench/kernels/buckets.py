@@ -1,11 +1,11 @@
 """``python -m bench kernels CONFIG --profile``: where a training step's time goes, per arm.
 
 For each cell, the trainer runs once per arm (the baseline and each Liger arm of
-bench.kernels.measure.LIGER_ARMS) with the cell's exact arguments (bench.run.sweep.train_command), for
-``warmup_steps + 2`` steps, the last two under torch.profiler (``training.profile_steps``). Each
-run writes ``profile.json`` (specforge/profiling.py: time per bucket of kernel names); this
-module gathers them into ``kernel_buckets.csv``, ``kernel_buckets.png`` and a section of
-``kernels.md``. docs/kernels.md says how to read them.
+bench.arms.LIGER_ARMS) with the cell's exact arguments (the sweep's trainer command, through
+bench/kernels/bridge.py), for ``warmup_steps + 2`` steps, the last two under torch.profiler
+(``training.profile_steps``). Each run writes ``profile.json`` (specforge/profiling.py: time per
+bucket of kernel names); this module gathers them into ``kernel_buckets.csv``,
+``kernel_buckets.png`` and a section of ``kernels.md``. docs/kernels.md says how to read them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.config.sweep import Run, SweepConfig
+from bench import fmt
+from bench.arms import BASELINE, LIGER_ARMS
+from bench.kernels import bridge
+from bench.kernels.bridge import Run, SweepConfig
+from bench.kernels.modules import bucket_names, bucket_patterns, liger_unavailable
+from bench.kernels.shapes import CellPlan
 
 PROFILED_STEPS = 2
 BUCKET_COLUMNS = [
@@ -30,9 +35,7 @@ OUTPUTS = ("kernel_buckets.csv", "kernel_buckets.png")
 
 
 def profile_arms() -> tuple[str, ...]:
-    from bench.kernels.measure import LIGER_ARMS
-
-    return ("baseline", *LIGER_ARMS)
+    return (BASELINE, *LIGER_ARMS)
 
 
 def profile_steps(warmup_steps: int) -> tuple[int, list[int]]:
@@ -42,34 +45,30 @@ def profile_steps(warmup_steps: int) -> tuple[int, list[int]]:
 
 
 def profile_argv(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
-    """The sweep's command for this run (bench.run.sweep.train_command: the cell's --set values, the
-    arm's keys, the launcher), with the step count and the profiled steps set last."""
-    from bench.run.sweep import train_command
-
-    argv = train_command(cfg, run, rdir, cache_dir)
+    """The sweep's command for this run (bridge.train_command: the cell's --set values, the arm's
+    keys, the launcher), with the step count and the profiled steps set last."""
+    argv = bridge.train_command(cfg, run, rdir, cache_dir)
     assert argv[-2] == "--output-dir", argv
     steps, profiled = profile_steps(run.cell.warmup_steps)
     extra = ["--set", f"training.steps={steps}", "--set", f"training.profile_steps={profiled}"]
     return [*argv[:-2], *extra, *argv[-2:]]
 
 
-def _skip_reason(cfg: SweepConfig, plan, arm: str) -> str | None:
-    from bench.kernels.measure import liger_unavailable
-
+def _skip_reason(plan: CellPlan, arm: str) -> str | None:
     if plan.cell.nodes > 1:
         return "a multi-node cell: --profile runs single-node cells only"
-    if arm != "baseline":
+    if arm != BASELINE:
         return liger_unavailable(plan.device)
     return None
 
 
-def run_profiles(cfg: SweepConfig, plans: list, out_dir: Path, log=print) -> list[dict]:
+def _record(cell_id: str, arm: str) -> dict:
+    return {"cell_id": cell_id, "arm": arm, "status": "ok", "reason": None, "profile": None}
+
+
+def run_profiles(cfg: SweepConfig, plans: list[CellPlan], out_dir: Path, log=print) -> list[dict]:
     """Run the trainer per cell and arm under the profiler; one record per (cell, arm):
     {cell_id, arm, status, reason, profile (profile.json or None)}."""
-    from bench.run.launcher import exit_text, log_lines, run_process
-    from bench.run.sweep import _prepare_caches
-    from bench.run.sweepdir import cache_dir_for
-
     root = out_dir / "profiles"
     root.mkdir(parents=True, exist_ok=True)
     records = []
@@ -80,37 +79,40 @@ def run_profiles(cfg: SweepConfig, plans: list, out_dir: Path, log=print) -> lis
         if cell.mode == "offline" and cell.nodes == 1:
             # The offline cache lives beside the profiles (out_dir/cache), as in a sweep directory,
             # so a cache directory linked in from a sweep of the same cells is reused.
-            cache_error = _prepare_caches(cfg, out_dir, runs[:1]).get(cell.cache_key())
+            cache_error = bridge.prepare_cache(cfg, out_dir, runs[0])
         for run in runs:
-            rec = {"cell_id": cell.cell_id, "arm": run.arm, "status": "ok", "reason": None, "profile": None}
+            rec = _record(cell.cell_id, run.arm)
             records.append(rec)
-            skip = _skip_reason(cfg, plan, run.arm)
+            skip = _skip_reason(plan, run.arm)
             if skip or cache_error:
                 rec.update(status="skipped" if skip else "error", reason=skip or cache_error)
                 log(f"  profile {run.run_id}: {rec['status']}: {rec['reason']}")
                 continue
-            rdir = root / run.run_id
-            if rdir.exists():
-                shutil.rmtree(rdir)
-            rdir.mkdir(parents=True)
-            argv = profile_argv(cfg, run, rdir, cache_dir_for(out_dir, cell))
-            log(f"  profile {run.run_id} ...")
-            t0 = time.monotonic()
-            rc, timed_out = run_process(argv, rdir / "stdout.log", rdir / "launch.json", cell.timeout_s)
-            path = rdir / "profile.json"
-            if rc == 0 and not timed_out and path.is_file():
-                rec["profile"] = json.loads(path.read_text())
-            else:
-                lines = log_lines(rdir / "stdout.log")
-                why = f"timed out after {cell.timeout_s:g} s" if timed_out else (lines[-1] if lines else "")
-                rec.update(status="error", reason=f"{why or exit_text(rc)} (log: {rdir / 'stdout.log'})")
-            log(
-                f"    {rec['status']} ({time.monotonic() - t0:.0f} s){': ' + rec['reason'] if rec['reason'] else ''}"
-            )
+            rec.update(_profile_run(cfg, run, out_dir, root / run.run_id, log))
     return records
 
 
-def load_profiles(plans: list, out_dir: Path) -> list[dict]:
+def _profile_run(cfg: SweepConfig, run: Run, out_dir: Path, rdir: Path, log) -> dict:
+    """One profile run into a fresh ``rdir`` (the offline cache already prepared): the sweep's
+    command with the profiled steps, launched as the sweep launches it; {status, reason, profile}."""
+    if rdir.exists():
+        shutil.rmtree(rdir)
+    rdir.mkdir(parents=True)
+    argv = profile_argv(cfg, run, rdir, bridge.cache_dir(out_dir, run.cell))
+    log(f"  profile {run.run_id} ...")
+    t0 = time.monotonic()
+    path = rdir / "profile.json"
+    failed = bridge.run_trainer(argv, rdir, run.cell.timeout_s, wrote=path)
+    out = {"status": "ok", "reason": None, "profile": None}
+    if failed is None:
+        out["profile"] = json.loads(path.read_text())
+    else:
+        out.update(status="error", reason=failed)
+    log(f"    {out['status']} ({time.monotonic() - t0:.0f} s){': ' + out['reason'] if out['reason'] else ''}")
+    return out
+
+
+def load_profiles(plans: list[CellPlan], out_dir: Path) -> list[dict]:
     """The records run_profiles made, read back from out_dir/profiles (kernels --rebuild); an arm
     without a profile.json is recorded as not profiled. [] when no profile exists at all."""
     root = out_dir / "profiles"
@@ -118,7 +120,7 @@ def load_profiles(plans: list, out_dir: Path) -> list[dict]:
     for plan in plans:
         for arm in profile_arms():
             path = root / f"{plan.cell.cell_id}_{arm}" / "profile.json"
-            rec = {"cell_id": plan.cell.cell_id, "arm": arm, "status": "ok", "reason": None, "profile": None}
+            rec = _record(plan.cell.cell_id, arm)
             if path.is_file():
                 rec["profile"] = json.loads(path.read_text())
             else:
@@ -130,13 +132,11 @@ def load_profiles(plans: list, out_dir: Path) -> list[dict]:
 def bucket_rows(records: list[dict]) -> pd.DataFrame:
     """kernel_buckets.csv: one row per cell x arm x bucket; a skipped or failed arm: one row per
     bucket with its status and reason and no times. Δ columns: arm minus the cell's baseline."""
-    from specforge.profiling import BUCKET_NAMES
-
     rows = []
     for rec in records:
         prof = rec["profile"] or {}
         by_bucket = {b["bucket"]: b for b in prof.get("buckets", [])}
-        for bucket in BUCKET_NAMES:
+        for bucket in bucket_names():
             b = by_bucket.get(bucket, {})
             rows.append(
                 {
@@ -153,7 +153,7 @@ def bucket_rows(records: list[dict]) -> pd.DataFrame:
                 }
             )
     df = pd.DataFrame(rows, columns=BUCKET_COLUMNS[:-2])
-    base = df[df["arm"] == "baseline"].set_index(["cell_id", "bucket"])
+    base = df[df["arm"] == BASELINE].set_index(["cell_id", "bucket"])
     key = pd.MultiIndex.from_frame(df[["cell_id", "bucket"]])
     df["delta_ms_vs_baseline"] = df["device_ms_per_step"].to_numpy() - base["device_ms_per_step"].reindex(
         key
@@ -166,17 +166,15 @@ def bucket_rows(records: list[dict]) -> pd.DataFrame:
 
 def plot_buckets(df: pd.DataFrame, path: Path) -> Path:
     """Per cell: one stacked bar per arm, device ms per step split into buckets; skipped arms say so."""
-    from bench.results.plots import _grid, _save
-    from specforge.profiling import BUCKET_NAMES
-
+    names = bucket_names()
     cells = list(dict.fromkeys(df["cell_id"]))
-    fig, axes = _grid(len(cells), "Time per profiled step by kernel bucket")
-    colors = {b: f"C{i}" for i, b in enumerate(BUCKET_NAMES)}
+    fig, axes = bridge.plot_grid(len(cells), "Time per profiled step by kernel bucket")
+    colors = {b: f"C{i}" for i, b in enumerate(names)}
     for ax, cid in zip(axes, cells):
         c = df[df["cell_id"] == cid]
         arms = list(dict.fromkeys(c["arm"]))
         bottom = np.zeros(len(arms))
-        for bucket in BUCKET_NAMES:
+        for bucket in names:
             v = c[c["bucket"] == bucket].set_index("arm")["device_ms_per_step"].reindex(arms).astype(float)
             vals = np.nan_to_num(v.to_numpy())
             ax.bar(np.arange(len(arms)), vals, bottom=bottom, color=colors[bucket], label=bucket)
@@ -191,14 +189,11 @@ def plot_buckets(df: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel(f"{unit} per step")
         ax.set_title(cid, fontsize=9)
         ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return bridge.save_plot(fig, path)
 
 
 def render_markdown(df: pd.DataFrame, records: list[dict]) -> str:
     """The kernels.md section: per cell, bucket x arm (ms per step and share), Δ vs the baseline."""
-    from bench.kernels.report import _f, _md, _table
-    from specforge.profiling import BUCKETS
-
     lines = ["## Where a step's time goes (profiler, `--profile`)", ""]
     kinds = sorted({str(k) for k in df["time_kind"].dropna()})
     lines += [
@@ -206,7 +201,7 @@ def render_markdown(df: pd.DataFrame, records: list[dict]) -> str:
         "under torch.profiler (`training.profile_steps`); times are per profiled step, "
         f"{'; '.join(kinds) or 'no profile finished'}. Buckets come from kernel or op names "
         "(first match wins, in this order: "
-        + "; ".join(f"{b} `{p}`" for b, p in BUCKETS)
+        + "; ".join(f"{b} `{p}`" for b, p in bucket_patterns())
         + "; else other). Profiled steps are slower than unprofiled ones: compare arms by these "
         "shares and differences, and take throughput from the sweep.",
         "",
@@ -223,19 +218,19 @@ def render_markdown(df: pd.DataFrame, records: list[dict]) -> str:
                 ms, share, d = (
                     r.loc[arm, k] for k in ("device_ms_per_step", "share_pct", "delta_ms_vs_baseline")
                 )
-                if math.isnan(float(ms)):
-                    cells.append("—")
+                if fmt.isnan(ms):
+                    cells.append(fmt.DASH)
                     continue
-                text = f"{_f(ms, '.4g')} ({_f(share, '.1f')}%)"
-                if arm != "baseline" and not math.isnan(float(d)):
-                    text += f" Δ {_f(d, '+.4g')}"
+                text = f"{fmt.f(ms, '.4g')} ({fmt.f(share, '.1f')}%)"
+                if arm != BASELINE and not fmt.isnan(d):
+                    text += f" Δ {fmt.f(d, '+.4g')}"
                 cells.append(text)
             body.append([bucket, *cells])
         totals = c.groupby("arm", sort=False)["device_ms_per_step"].sum(min_count=1).reindex(arms)
-        body.append(["**total**", *(_f(t, ".4g") for t in totals)])
-        lines += _table(["bucket", *arms], body)
+        body.append(["**total**", *(fmt.f(t, ".4g") for t in totals)])
+        lines += fmt.table(["bucket", *arms], body)
         bad = [r for r in records if r["cell_id"] == cid and r["status"] != "ok"]
-        lines += [""] + [f"- {r['arm']}: {r['status']}: {_md(r['reason'])}" for r in bad]
+        lines += [""] + [f"- {r['arm']}: {r['status']}: {fmt.md(r['reason'])}" for r in bad]
         lines.append("")
     lines += ["![kernel buckets](kernel_buckets.png)", ""]
     return "\n".join(lines)

@@ -1,30 +1,45 @@
 """The kernel attribution's outputs: kernels.md (tables of the module timings, the roofline
 and the predicted vs measured step saving), kernels.png and kernels.csv. The measurements
-come from bench/kernels.py."""
+come from bench/kernels/cell.py, the predictions from bench/kernels/predict.py."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from bench.config.sweep import SweepConfig
-from bench.fmt import md as _md
-from bench.fmt import table as _table
-from bench.kernels.measure import IMPLS, KERNEL_COLUMNS, MIB, CellPlan, Limits, _num, predictions
+from bench import fmt
+from bench.kernels.bridge import SweepConfig, plot_grid, save_plot
+from bench.kernels.bridge import write_csv as write_table
+from bench.kernels.cell import KERNEL_COLUMNS
+from bench.kernels.predict import predictions
+from bench.kernels.shapes import IMPLS, CellPlan
+from bench.kernels.timing import MIB, Limits
 
-
-def _f(x: Any, spec: str) -> str:
-    v = _num(x)
-    return "—" if math.isnan(v) else format(v, spec)
-
-
-def _pct(x: Any) -> str:
-    v = _num(x)
-    return "—" if math.isnan(v) else f"{v:.0%}"
+MODULE_HEADER = [
+    "module",
+    "class",
+    "calls / µbatch",
+    "input shape",
+    "fwd+bwd ms [p20, p80]",
+    "peak mem MiB",
+    "GB/s",
+    "TFLOP/s",
+    "bound (intensity)",
+    "of roofline",
+    "saving / step ms",
+]
+PREDICTION_HEADER = [
+    "arm",
+    "swaps",
+    "predicted saving ms/step",
+    "predicted Δ samples/s %",
+    "baseline ms/step",
+    "measured saving ms/step",
+    "measured Δ samples/s % (95% CI)",
+    "note",
+]
 
 
 def render_markdown(
@@ -38,7 +53,25 @@ def render_markdown(
     summary: pd.DataFrame | None,
 ) -> str:
     lines = [f"## Kernel attribution: {cfg.name}", ""]
+    lines += _provenance(meta, timer_name, limits)
+    if summary is None:
+        lines += [f"No sweep results at {sweep_dir / 'summary.csv'}: the measured columns are empty.", ""]
+    for plan in plans:
+        lines += _cell_section(plan, rows, summary)
     lines += [
+        "Saving / step = (stock − Liger median) × calls per micro-batch × micro-batches per step. An "
+        "end-to-end Δ can differ from the sum: other kernels, overlap, the allocator and launch overheads "
+        "change with the arm too (docs/kernels.md).",
+        "",
+        "![kernels](kernels.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _provenance(meta: dict, timer_name: str, limits: dict[tuple[str, str], Limits]) -> list[str]:
+    """The command, the versions, how a rep is timed, and the device limits."""
+    lines = [
         f"`{meta['command']}` on {meta['device_name']}, torch {meta.get('torch_version')}, transformers "
         f"{meta.get('transformers_version')}, liger-kernel {meta.get('liger_version') or 'not installed'}, "
         f"commit {meta.get('git_commit') or 'unknown'}, {meta['date']}.",
@@ -59,105 +92,71 @@ def render_markdown(
             f"{lim.ridge:.3g} FLOP/byte (below it a kernel is memory-bound)."
         )
     lines.append("")
-    if summary is None:
-        lines += [f"No sweep results at {sweep_dir / 'summary.csv'}: the measured columns are empty.", ""]
-    for plan in plans:
-        s, cid = plan.shapes, plan.cell.cell_id
-        c = rows[rows["cell_id"] == cid]
-        lines += [f"### {cid}", ""]
-        lines += [
-            f"{plan.profile}, {plan.mode}; batch b = {s.batch}, S = {s.seq_len}, N = {s.num_anchors} anchors, "
-            f"block B = {s.block_size}; H = {s.hidden}, I = {s.intermediate}, {s.layers} layers, "
-            f"{s.heads} / {s.kv_heads} heads of {s.head_dim}; {plan.dtype} on {plan.device}; "
-            f"{plan.micro_batches} micro-batches per optimizer step.",
-            "",
-            f"Tokens per micro-batch: block b·N·B = {s.block_tokens}, context b·S = {s.context_tokens}, "
-            f"keys/values b·(S + N·B) = {s.kv_tokens}.",
-            "",
-        ]
-        body = []
-        for r in c.itertuples():
-            t = (
-                f"{_f(r.time_median_ms, '.4g')} [{_f(r.time_p20_ms, '.4g')}, {_f(r.time_p80_ms, '.4g')}]"
-                if r.status == "ok"
-                else f"{r.status}: {_md(r.reason)}"
-            )
-            body.append(
-                [
-                    r.module,
-                    _md(r.module_class),
-                    str(r.per_micro_batch),
-                    r.input_shape,
-                    t,
-                    _f(r.peak_mem_delta_mib, ".4g"),
-                    _f(r.achieved_gb_per_s, ".4g"),
-                    _f(r.achieved_tflops, ".3g"),
-                    f"{r.bound} ({_f(r.intensity_flop_per_byte, '.3g')} FLOP/B)",
-                    _pct(r.roofline_fraction),
-                    _f(r.saving_per_step_ms, "+.4g"),
-                ]
-            )
-        lines += _table(
-            [
-                "module",
-                "class",
-                "calls / µbatch",
-                "input shape",
-                "fwd+bwd ms [p20, p80]",
-                "peak mem MiB",
-                "GB/s",
-                "TFLOP/s",
-                "bound (intensity)",
-                "of roofline",
-                "saving / step ms",
-            ],
-            body,
-        )
-        lines += ["", "Predicted (sum of the swapped modules' savings per step) vs measured (the sweep):", ""]
-        pred_rows = []
-        for p in predictions(rows, cid, summary):
-            note = f"not predicted: {p['not_predicted']}" if p["not_predicted"] else ""
-            measured = (
-                f"{_f(p['measured_delta_samples_per_s_pct'], '+.1f')}% "
-                f"[{_f(p['measured_ci95_low'], '+.1f')}, {_f(p['measured_ci95_high'], '+.1f')}]"
-                if p["in_sweep"]
-                else "not in the sweep"
-            )
-            pred_rows.append(
-                [
-                    p["arm"],
-                    p["swaps"],
-                    _f(p["predicted_saving_ms"], "+.4g"),
-                    _f(p["predicted_delta_samples_per_s_pct"], "+.1f"),
-                    _f(p["baseline_s_per_step"] * 1e3, ".4g"),
-                    _f(p["measured_saving_ms"], "+.4g"),
-                    measured,
-                    _md(note),
-                ]
-            )
-        lines += _table(
-            [
-                "arm",
-                "swaps",
-                "predicted saving ms/step",
-                "predicted Δ samples/s %",
-                "baseline ms/step",
-                "measured saving ms/step",
-                "measured Δ samples/s % (95% CI)",
-                "note",
-            ],
-            pred_rows,
-        )
-        lines.append("")
+    return lines
+
+
+def _cell_section(plan: CellPlan, rows: pd.DataFrame, summary: pd.DataFrame | None) -> list[str]:
+    """One cell: its shapes and token counts, the module table, predicted vs measured."""
+    s, cid = plan.shapes, plan.cell.cell_id
+    lines = [f"### {cid}", ""]
     lines += [
-        "Saving / step = (stock − Liger median) × calls per micro-batch × micro-batches per step. An "
-        "end-to-end Δ can differ from the sum: other kernels, overlap, the allocator and launch overheads "
-        "change with the arm too (docs/kernels.md).",
+        f"{plan.profile}, {plan.mode}; batch b = {s.batch}, S = {s.seq_len}, N = {s.num_anchors} anchors, "
+        f"block B = {s.block_size}; H = {s.hidden}, I = {s.intermediate}, {s.layers} layers, "
+        f"{s.heads} / {s.kv_heads} heads of {s.head_dim}; {plan.dtype} on {plan.device}; "
+        f"{plan.micro_batches} micro-batches per optimizer step.",
         "",
-        "![kernels](kernels.png)",
+        f"Tokens per micro-batch: block b·N·B = {s.block_tokens}, context b·S = {s.context_tokens}, "
+        f"keys/values b·(S + N·B) = {s.kv_tokens}.",
         "",
     ]
-    return "\n".join(lines)
+    lines += fmt.table(MODULE_HEADER, [_module_cells(r) for r in rows[rows["cell_id"] == cid].itertuples()])
+    lines += ["", "Predicted (sum of the swapped modules' savings per step) vs measured (the sweep):", ""]
+    lines += fmt.table(PREDICTION_HEADER, [_prediction_cells(p) for p in predictions(rows, cid, summary)])
+    lines.append("")
+    return lines
+
+
+def _module_cells(r) -> list[str]:
+    """One row of the module table (``r``: a kernels.csv row as a namedtuple)."""
+    t = (
+        f"{fmt.f(r.time_median_ms, '.4g')} [{fmt.f(r.time_p20_ms, '.4g')}, {fmt.f(r.time_p80_ms, '.4g')}]"
+        if r.status == "ok"
+        else f"{r.status}: {fmt.md(r.reason)}"
+    )
+    return [
+        r.module,
+        fmt.md(r.module_class),
+        str(r.per_micro_batch),
+        r.input_shape,
+        t,
+        fmt.f(r.peak_mem_delta_mib, ".4g"),
+        fmt.f(r.achieved_gb_per_s, ".4g"),
+        fmt.f(r.achieved_tflops, ".3g"),
+        f"{r.bound} ({fmt.f(r.intensity_flop_per_byte, '.3g')} FLOP/B)",
+        fmt.pct(r.roofline_fraction),
+        fmt.f(r.saving_per_step_ms, "+.4g"),
+    ]
+
+
+def _prediction_cells(p: dict) -> list[str]:
+    """One row of the predicted vs measured table (``p``: one of predict.predictions)."""
+    note = f"not predicted: {p['not_predicted']}" if p["not_predicted"] else ""
+    measured = (
+        f"{fmt.f(p['measured_delta_samples_per_s_pct'], '+.1f')}% "
+        f"[{fmt.f(p['measured_ci95_low'], '+.1f')}, {fmt.f(p['measured_ci95_high'], '+.1f')}]"
+        if p["in_sweep"]
+        else "not in the sweep"
+    )
+    return [
+        p["arm"],
+        p["swaps"],
+        fmt.f(p["predicted_saving_ms"], "+.4g"),
+        fmt.f(p["predicted_delta_samples_per_s_pct"], "+.1f"),
+        fmt.f(p["baseline_s_per_step"] * 1e3, ".4g"),
+        fmt.f(p["measured_saving_ms"], "+.4g"),
+        measured,
+        fmt.md(note),
+    ]
 
 
 def plot_kernels(rows: pd.DataFrame, plans: list[CellPlan], path: Path) -> Path:
@@ -165,10 +164,8 @@ def plot_kernels(rows: pd.DataFrame, plans: list[CellPlan], path: Path) -> Path:
     fraction of the roofline above each bar; skipped or failed bars say so."""
     from matplotlib.ticker import FuncFormatter
 
-    from bench.results.plots import _grid, _save
-
     colors = {"stock": "tab:blue", "liger": "tab:orange"}
-    fig, axes = _grid(
+    fig, axes = plot_grid(
         len(plans), "Forward + backward per module call (median, p20-p80; label: % of roofline)"
     )
     for ax, plan in zip(axes, plans):
@@ -195,7 +192,7 @@ def plot_kernels(rows: pd.DataFrame, plans: list[CellPlan], path: Path) -> Path:
             )
             for xi, (_, r) in zip(x, d.iterrows()):
                 if r["status"] == "ok":
-                    text, y = _pct(r["roofline_fraction"]), float(r["time_p80_ms"])
+                    text, y = fmt.pct(r["roofline_fraction"]), float(r["time_p80_ms"])
                 else:
                     text, y = str(r["status"]), floor
                 ax.text(
@@ -220,7 +217,7 @@ def plot_kernels(rows: pd.DataFrame, plans: list[CellPlan], path: Path) -> Path:
         ax.set_ylabel("ms per call (log)")
         ax.set_title(f"{plan.cell.cell_id} ({plan.dtype}, {plan.device})", fontsize=9)
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_plot(fig, path)
 
 
 def write_csv(rows: pd.DataFrame, path: Path) -> Path:
@@ -228,6 +225,4 @@ def write_csv(rows: pd.DataFrame, path: Path) -> Path:
 
 
 def write_csv_plain(df: pd.DataFrame, path: Path) -> Path:
-    from bench.results.report import write_csv as _write
-
-    return _write(df, path)
+    return write_table(df, path)

@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from bench.probe.vram import open_backend
+from bench.probe.opener import open_backend
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 ENV_OVERRIDE = "BENCH_HARDWARE"

@@ -4,7 +4,7 @@ agent, and the gathering of every node's file into the run's vram.json.
 The driver launches a multi-node run as ``<launcher> python -m bench.probe.nodevram --run-dir DIR
 --interval-s S -- python -m torch.distributed.run ...``. The launcher (e.g. srun) starts the
 wrapper once per node; the wrapper takes that node's idle baseline, starts the agent, polls
-every card of the node (bench/vram.py's VramPoller, through its Backend protocol) until the
+every card of the node (bench/probe/poller.py's VramPoller, through its Backend protocol) until the
 agent exits, and writes ``vram_node_<node>.json`` (+ ``.jsonl``) into DIR, which must be on a
 filesystem every node shares. ``<node>`` is the node's index from $BENCH_NODE_RANK,
 $SLURM_NODEID or $NODE_RANK, else its host name (a second agent with the same name gets

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.arms import BASELINE
+
 CAPACITY_COLUMNS = [
     "series", "profile", "mode", "gpus", "nodes", "axis", "arm", "largest_fit", "first_oom", "probes", "stopped_by",
     "peak_vram_gib_at_largest", "samples_per_s_at_largest", "card_total_gib", "fit_ratio_vs_baseline",
@@ -53,7 +55,7 @@ def capacity_table(runs: pd.DataFrame, sweep: dict, vram: pd.DataFrame | None = 
             }
         )  # fmt: skip
     df = pd.DataFrame(rows).reindex(columns=CAPACITY_COLUMNS)
-    base = df[df["arm"] == "baseline"].set_index("series")
+    base = df[df["arm"] == BASELINE].set_index("series")
     df["fit_ratio_vs_baseline"] = df["largest_fit"] / df["series"].map(base["largest_fit"])
     # Exact (to the granularity) when both searches ended at an OOM; an arm that reached the
     # search's max fits at least that much, so its ratio is a bound; none when both reached it or

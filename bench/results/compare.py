@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import fmt
 from bench.results import stats
-from bench.results.aggregate import join_unique, summary_table
 from bench.results.plots import plot_compare
 from bench.results.report import write_csv
+from bench.results.tables import join_unique, summary_table
 
 KEY_COLUMNS = ["profile", "mode", "batch_size", "seq_len", "gpus", "arm"]
 SUMMARY_NEEDED = [
@@ -171,7 +172,7 @@ def format_compare(df: pd.DataFrame, label_a: str, label_b: str) -> str:
     """An aligned text table of the rows in both, then the rows found on one side only."""
 
     def num(spec: str):
-        return lambda x: "—" if pd.isna(x) else format(x, spec)
+        return lambda x: fmt.f(x, spec)
 
     lines = [f"A: {label_a}", f"B: {label_b}", ""]
     both = df[df["present"] == "both"]

@@ -15,8 +15,10 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from bench import fmt
+from bench.arms import BASELINE
 from bench.fileio import atomic_write_bytes
-from bench.results.aggregate import BASELINE_ARM, RunRecord
+from bench.results.records import RunRecord
 
 ARM_COLORS = {"baseline": "tab:blue", "liger": "tab:orange"}
 NO_VRAM_NOTE = "no VRAM data (CPU run / poller unavailable)"
@@ -31,7 +33,7 @@ def _save(fig: Figure, path: str | Path) -> Path:
 
 def _arms(values: Iterable) -> list[str]:
     """Arms in display order: baseline first, then the rest alphabetically."""
-    return sorted({str(a) for a in values if isinstance(a, str)}, key=lambda a: (a != BASELINE_ARM, a))
+    return sorted({str(a) for a in values if isinstance(a, str)}, key=lambda a: (a != BASELINE, a))
 
 
 def _color(arm: str, arms: list[str]) -> str:
@@ -162,7 +164,7 @@ def plot_loss_curves(records: list[RunRecord], path: str | Path) -> Path:
                 r.metrics["step"],
                 r.metrics["loss"],
                 color=_color(arm, arms) if arm in arms else "0.5",
-                linestyle="-" if arm == BASELINE_ARM else "--",
+                linestyle="-" if arm == BASELINE else "--",
                 alpha=0.8,
                 label=None if arm in labelled else arm,
             )
@@ -218,7 +220,7 @@ def plot_scaling(scaling: pd.DataFrame, path: str | Path) -> Path:
         ax.set_xticks(sorted(g["world_size"].dropna().unique()))
         ax.set_xlabel("GPUs (world size)")
         ax.set_ylabel("samples/s")
-        ax.set_title(f"{key[0]} {key[1]} bs{_int(key[2])} s{_int(key[3])}", fontsize=9)
+        ax.set_title(f"{key[0]} {key[1]} bs{fmt.integer(key[2])} s{fmt.integer(key[3])}", fontsize=9)
         ax.legend(fontsize=8)
     return _save(fig, path)
 
@@ -247,7 +249,7 @@ def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) 
         ax.set_xscale("log", base=2)
         ax.set_xlabel(axis)
         ax.set_ylabel("peak VRAM, busiest card (GiB)")
-        ax.set_title(f"{profile} {mode} {other} {_int(fixed)}, {_int(gpus)} GPU(s)", fontsize=9)
+        ax.set_title(f"{profile} {mode} {other} {fmt.integer(fixed)}, {fmt.integer(gpus)} GPU(s)", fontsize=9)
         ax.legend(fontsize=8)
     return _save(fig, path)
 
@@ -257,7 +259,8 @@ def plot_compare(df: pd.DataFrame, path: str | Path, label_a: str, label_b: str)
     fig = Figure(figsize=(max(7.0, 0.9 * len(df) + 3), 7), layout="constrained")
     axes = fig.subplots(2, 1)
     labels = [
-        f"{r.profile} {r.mode}\nbs{_int(r.batch_size)} s{_int(r.seq_len)} {r.arm}" for r in df.itertuples()
+        f"{r.profile} {r.mode}\nbs{fmt.integer(r.batch_size)} s{fmt.integer(r.seq_len)} {r.arm}"
+        for r in df.itertuples()
     ]
     x = np.arange(len(df))
     for ax, col, ylabel in (
@@ -278,10 +281,3 @@ def plot_compare(df: pd.DataFrame, path: str | Path, label_a: str, label_b: str)
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle(f"A: {label_a}\nB: {label_b}", fontsize=8)
     return _save(fig, path)
-
-
-def _int(x: object) -> str:
-    try:
-        return str(int(float(x)))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return "?"

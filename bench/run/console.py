@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.config.sweep import Run
 from bench.fileio import read_json, read_jsonl
+from bench.results import report as report_builder
 from bench.run.sweepdir import run_dir
 
 TICK_S = 1.0
@@ -102,14 +103,39 @@ def print_outcome(out_dir: Path, runs: list[Run]) -> int:
     return sum(counts[s] for s in (*FAILED, "missing"))
 
 
-def main_table(md: Path) -> str:
-    """The first markdown table of report.md."""
+def report(out_dir: Path) -> int:
+    """Build the report from the run directories and print where it is and its main table."""
+    out_dir = Path(out_dir)
     try:
-        lines = md.read_text().splitlines()
+        built = report_builder.build_report(out_dir)
+    except ValueError as e:  # bad input: no runs, unreadable directory
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        print(
+            f"error: building the report failed: {e!r} (retry: python -m bench report {out_dir})",
+            file=sys.stderr,
+        )
+        return 1
+    md = out_dir / "report.md"
+    print(f"report: {md}")
+    table = main_table(built, md)
+    if table:
+        print(table)
+    return 0
+
+
+def main_table(built: dict | None, md: Path) -> str:
+    """The report's main table: as the report built it, else the first markdown table of report.md."""
+    lines = (built or {}).get("main_table") if isinstance(built, dict) else None
+    if lines:
+        return "\n".join(lines)
+    try:
+        text = md.read_text().splitlines()
     except OSError:
         return ""
     table: list[str] = []
-    for line in lines:
+    for line in text:
         if line.lstrip().startswith("|"):
             table.append(line)
         elif table:

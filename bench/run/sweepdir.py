@@ -16,8 +16,8 @@ from pathlib import Path
 
 from bench.config.sweep import Cell, Run, SweepConfig, SweepError, diff_resolved
 from bench.fileio import atomic_write_json, read_json
+from bench.trainers.outcome import TERMINAL
 
-TERMINAL = ("ok", "oom", "error", "timeout", "skipped")
 AGGREGATE_OUTPUTS = (
     "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md",
     "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "scaling.csv", "scaling.png",

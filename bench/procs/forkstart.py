@@ -52,7 +52,7 @@ def start_server(preload: Sequence[str], env: dict[str, str] | None = None, gpus
     global _started
     if _started:
         return 0.0
-    _CTX.set_forkserver_preload(["bench.run.launcher", *preload])
+    _CTX.set_forkserver_preload(["bench.procs.launcher", *preload])
     server_env = {**(env or {}), **_SERVER_ENV}
     saved = {k: os.environ.get(k) for k in server_env}
     os.environ.update(server_env)
@@ -135,7 +135,7 @@ class ForkedRun:
 def _child_main(module: str, args: list[str], log_path: str, env: dict[str, str], driver: int) -> None:
     """The forked run: its own session, output to the run's log, the command's environment,
     then ``python -m module args``. Exit status as the command line would give it."""
-    from bench.run.launcher import die_with_parent
+    from bench.procs.lifeline import die_with_parent
 
     os.setsid()
     # Every fork of the server inherits the write end of the pipe whose EOF tells the server

@@ -8,7 +8,6 @@ interrupt the whole group gets SIGTERM, then SIGKILL, and is waited for.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -20,8 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.fileio import atomic_write_json, read_json
-from bench.run import forkstart
-from bench.run.forkstart import ForkedRun, module_argv
+from bench.procs import forkstart
+from bench.procs.forkstart import ForkedRun, module_argv
+from bench.procs.lifeline import die_with_parent_fn
 
 KILL_GRACE_S = 10.0
 TICK_S = 1.0
@@ -41,7 +41,7 @@ def run_process(
     The group's id goes to launch_path so a later --resume can kill what a dead driver left
     behind. On timeout or KeyboardInterrupt the whole group is killed (SIGTERM, then SIGKILL);
     after a normal exit any process left in the group is killed too. With ``fork``, a
-    ``python -m module`` command is forked from the warm fork server (bench/forkstart.py)
+    ``python -m module`` command is forked from the warm fork server (bench/procs/forkstart.py)
     (when the driver started it) instead of started afresh; launch.json records which.
     """
     forked = module_argv(argv) if fork and forkstart.ready() else None
@@ -66,7 +66,7 @@ def run_process(
                     stderr=subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent_fn(),
+                    preexec_fn=die_with_parent_fn(),
                 )
     except (OSError, subprocess.SubprocessError) as e:
         with open(log_path, "ab") as log:
@@ -183,34 +183,6 @@ def mark_exit(launch_path: Path, rc: int, timed_out: bool) -> None:
     rec = read_json(launch_path)
     rec = rec if isinstance(rec, dict) else {}
     atomic_write_json(launch_path, {**rec, "exit_code": rc, "timed_out": timed_out, "end_time": now()})
-
-
-def _prctl():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def die_with_parent(parent: int, prctl=None) -> None:
-    """In a child: get SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG); SIGKILL
-    itself now if the parent is already gone (it died before prctl took effect)."""
-    prctl = prctl or _prctl()
-    if prctl is not None:
-        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _die_with_parent_fn() -> Callable[[], None] | None:
-    """A preexec_fn making the child get SIGTERM when the driver dies."""
-    prctl = _prctl()  # resolved here: the preexec_fn runs in the forked child, no imports, no locks
-    if prctl is None:
-        return None
-    parent = os.getpid()
-    return lambda: die_with_parent(parent, prctl)
 
 
 def log_lines(path: Path, tail_bytes: int = 65536) -> list[str]:

@@ -1,0 +1,167 @@
+"""The validated sweep: SweepConfig, its cells (Cell), their runs (Run), a precision target
+(Precision) and a capacity search (Capacity), as frozen dataclasses; and how a cell is named.
+
+Built by bench/config/sweep.py from a checked sweep config; the arms' properties are read from
+bench/arms.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.arms import ARMS
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Run pairs until the 95% CI of Δ samples/s has this half-width (percentage points)."""
+
+    ci_halfwidth_pct: float
+    min_pairs: int  # Stein's pilot (n0)
+    max_pairs: int  # cap
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Find per arm the largest batch size (or sequence length) that trains without OOM."""
+
+    axis: str  # batch_size | seq_len
+    start: int
+    max: int
+    granularity: int  # probed values are multiples of this
+    steps: int  # optimizer steps per probe (the first is dropped as warm-up)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid: a training config at one batch size, sequence length and GPU count."""
+
+    cell_id: str
+    entry: int  # index of the `cells:` entry it came from
+    train_config: str  # path handed to the trainer
+    profile: str
+    mode: str
+    batch_size: int
+    seq_len: int
+    gpus: int
+    nodes: int
+    steps: int
+    warmup_steps: int
+    timeout_s: float
+    overrides: dict[str, Any]  # the entry's `set:`
+    accumulation_steps: int | None
+    num_anchors: int | None
+    attention_backend: str | None
+    config_sha256: str  # of the training config file
+    precision: Precision | None = None  # None: a fixed number of repeats
+
+    def cache_key(self) -> str:
+        """Offline caches are shared by the cells (arms, batch sizes, repeats) with the same training
+        config, seq_len and `set` overrides: everything `prepare` is given."""
+        blob = json.dumps([self.config_sha256, self.seq_len, self.overrides], sort_keys=True, default=str)
+        return f"{slug(self.profile)}_s{self.seq_len}_{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    cell: Cell
+    arm: str
+    repeat: int  # 1-based: the pair (round) this run belongs to
+    order_index: int  # 0-based position in the run order
+
+    @property
+    def liger(self) -> bool:
+        return ARMS[self.arm].liger
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    path: Path
+    name: str
+    hardware: tuple[str, ...]
+    out: str
+    trainer_module: str
+    arms: tuple[str, ...]
+    contrasts: tuple[tuple[str, str], ...]  # (arm, reference): arm-vs-arm comparisons
+    repeats: int
+    order: str
+    order_seed: int
+    steps: int
+    warmup_steps: int
+    timeout_s: float
+    prepare_timeout_s: float
+    poll_interval_s: float
+    poll_vram: bool
+    loss_tolerance: float
+    gpus_per_run: tuple[int, ...]
+    nodes: int
+    rdzv_endpoint: str | None  # as resolved: the config's, else from the environment
+    rdzv_from: str | None  # where rdzv_endpoint came from: the key or the environment variable(s)
+    # the command that starts a multi-node run once on every node (e.g. srun ...); () when nodes == 1
+    launcher: tuple[str, ...]
+    cells: tuple[Cell, ...]
+    equivalence_pct: float
+    compile_cache: bool
+    fork_server: bool
+    prime_runs: int  # discarded runs per (cell, arm) before the measured ones (hyperfine's --warmup)
+    precision: Precision | None
+    capacity: Capacity | None
+    resolved: dict[str, Any]  # every key with its default filled in; stored in sweep.json
+
+    @property
+    def runs_on_cpu(self) -> bool:
+        return "cpu" in self.hardware
+
+    @property
+    def max_gpus(self) -> int:
+        return max(c.gpus for c in self.cells)
+
+    def polls(self, arm: str) -> bool:
+        """Whether runs of this arm are polled for VRAM."""
+        return self.poll_vram and ARMS[arm].polls_vram
+
+    @property
+    def precision_targets(self) -> dict[str, dict]:
+        """Per cell with a precision target: its ci_halfwidth_pct, min_pairs, max_pairs."""
+        return {c.cell_id: vars(c.precision) for c in self.cells if c.precision is not None}
+
+    @property
+    def preload(self) -> list[str]:
+        """What the fork server imports: the trainer's training module (its heavy imports);
+        Liger's, so that both arms fork from the same process image (the baseline never
+        patches); TorchInductor's compiler, which step 1 would otherwise import in every run
+        (1.6 s on a CPU here; it starts no compile workers on import). A CPU sweep skips the
+        last two: it neither runs Liger nor compiles."""
+        if self.trainer_module == "specforge":
+            if self.runs_on_cpu:
+                return ["specforge.train"]
+            return ["specforge.train", "liger_kernel.transformers", "torch._inductor.compile_fx"]
+        return [self.trainer_module]
+
+    def forks(self, cell: Cell) -> bool:
+        """Whether a cell's runs are forked from the warm server (single-process runs only)."""
+        return self.fork_server and cell.gpus == 1 and cell.nodes == 1
+
+    def pilot_pairs(self, cell: Cell) -> int:
+        """Pairs every cell runs before any decision: the fixed repeats, or Stein's pilot."""
+        return cell.precision.min_pairs if cell.precision else self.repeats
+
+
+def cell_id_for(cell: Cell, label: str | None) -> str:
+    """`<profile>_<mode>_bs<batch>_s<seq_len>`, plus `_g<gpus>`, `_n<nodes>` and `_<label>` when set."""
+    cell_id = f"{slug(cell.profile)}_{cell.mode}_bs{cell.batch_size}_s{cell.seq_len}"
+    if cell.gpus > 1:
+        cell_id += f"_g{cell.gpus}"
+    if cell.nodes > 1:
+        cell_id += f"_n{cell.nodes}"
+    return f"{cell_id}_{label}" if label else cell_id
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"

@@ -1,0 +1,125 @@
+"""The sweep config's keys: one dataclass per section, each key with its type, default, bound and doc.
+
+Sections: :class:`SweepKeys` (the top level), :class:`CellKeys` (one entry of ``cells:``),
+:class:`PrecisionKeys` (``precision:``, the sweep's or a cell's over it) and
+:class:`CapacityKeys` (``capacity:``). The typed engine (bench/config/typed.py) validates a
+raw mapping against one of them; what spans several keys (warmup_steps < steps, a launcher
+for nodes > 1, ...) and the upper bounds with their own messages are checked in
+bench/config/sweep.py. The declaration order is the order of the resolved config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from bench.config.kinds import (
+    Arms,
+    Command,
+    Endpoint,
+    Hardware,
+    Ints,
+    Pairs,
+    SectionList,
+    SectionMapping,
+    Sets,
+)
+from bench.config.typed import key
+
+ORDERS = ("interleaved", "shuffled")
+MODES = ("offline", "online")
+CAPACITY_AXES = ("batch_size", "seq_len")
+# On a machine without GPUs, gpus_per_run > 1 means that many gloo processes on the CPU.
+CPU_MAX_PROCS = 2
+# Upper bounds, each checked with its own message (bench/config/sweep.py).
+MAX_PRIME_RUNS = 3
+MAX_POLL_INTERVAL_S = 1.0
+MAX_PAIRS = 100
+MAX_CAPACITY = 2**20
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionKeys:
+    """Run pairs until the 95% CI of Δ samples/s has this half-width (Stein's two-stage rule)."""
+
+    ci_halfwidth_pct: float = key(gt=0, doc="the CI's target half-width, in percentage points of Δ")
+    min_pairs: int = key(5, ge=3, doc="Stein's pilot: pairs every cell runs before the rule decides")
+    max_pairs: int = key(12, ge=3, doc=f"the cap on pairs per cell (at least min_pairs, at most {MAX_PAIRS})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityKeys:
+    """Find per arm the largest batch size (or sequence length) that trains without OOM."""
+
+    axis: str = key(choices=CAPACITY_AXES, doc="the axis probed")
+    start: int = key(ge=1, doc="the first value probed")
+    max: int = key(ge=1, doc=f"the largest value probed (at least start, at most {MAX_CAPACITY})")
+    granularity: int | None = key(
+        None, ge=1, doc="probed values are multiples of it; null: 1 or 128 (seq_len)"
+    )
+    steps: int = key(4, ge=2, doc="optimizer steps per probe (the first is dropped as warm-up)")
+
+
+PrecisionMapping = Annotated[dict[str, Any], SectionMapping(PrecisionKeys)]
+CapacityMapping = Annotated[dict[str, Any], SectionMapping(CapacityKeys)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellKeys:
+    """One entry of ``cells:``; it expands to batch_size x seq_len x gpus_per_run cells. A null
+    per-cell key takes the sweep's value."""
+
+    config: str = key(doc="the training config: a path from here, the sweep config's folder or its parent")
+    batch_size: Ints = key(ge=1, doc="the batch sizes of the grid")
+    seq_len: Ints = key(ge=1, doc="the sequence lengths of the grid")
+    set: Sets = key({}, doc="training config overrides (dotted keys to scalars), not the driver's own keys")
+    label: str | None = key(None, doc="appended to the cell ids (letters, digits, '.', '_', '-')")
+    steps: int | None = key(None, ge=1, doc="the sweep's steps, for this entry")
+    warmup_steps: int | None = key(None, ge=0, doc="the sweep's warmup_steps, for this entry")
+    timeout_s: float | None = key(None, gt=0, doc="the sweep's timeout_s, for this entry")
+    gpus_per_run: Ints | None = key(None, ge=1, doc="the sweep's gpus_per_run, for this entry")
+    precision: PrecisionMapping | None = key(None, doc="its keys over the sweep's precision (which it needs)")
+
+
+Cells = Annotated[list, SectionList("cells", CellKeys)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepKeys:
+    """The top level of a sweep config."""
+
+    name: str = key(doc="the sweep's name (letters, digits, '.', '_', '-')")
+    hardware: Hardware = key(doc="the hardware it is meant for: GPU kinds such as [h100, h200], cpu or any")
+    out: str | None = key(None, doc="the sweep directory; null: results/<name>")
+    trainer_module: str = key("specforge", doc="the Python module each run launches (the run contract)")
+    arms: Arms = key(["baseline", "liger"], doc="the A/B arms (bench/arms.py), run baseline first")
+    contrasts: Pairs = key(
+        [], doc="arm-vs-arm comparisons beside each arm-vs-baseline one: [[arm, reference]]"
+    )
+    repeats: int = key(3, ge=1, doc="pairs per cell without a precision target")
+    order: str = key("interleaved", choices=ORDERS, doc="the arms in config order, or shuffled per pair")
+    order_seed: int = key(0, doc="the seed of the shuffled order")
+    steps: int = key(ge=1, doc="optimizer steps per run")
+    warmup_steps: int = key(ge=0, doc="steps dropped before measuring (fewer than steps)")
+    timeout_s: float = key(600.0, gt=0, doc="a run's wall-clock limit")
+    prepare_timeout_s: float = key(600.0, gt=0, doc="an offline cache's preparation's wall-clock limit")
+    poll_interval_s: float = key(
+        0.05, gt=0, doc=f"the VRAM poller's period (at most {MAX_POLL_INTERVAL_S} s)"
+    )
+    poll_vram: bool = key(True, doc="false: no poller at all (to measure the poller's overhead)")
+    loss_tolerance: float = key(0.01, ge=0, doc="the largest |Δ loss| at the last step for loss parity")
+    gpus_per_run: Ints = key([1], ge=1, doc="GPUs per run (on the CPU: gloo processes)")
+    nodes: int = key(1, ge=1, doc="nodes per run (docs/multinode.md)")
+    rdzv_endpoint: Endpoint = key(None, doc="host:port of the c10d rendezvous; null: from the environment")
+    launcher: Command | None = key(
+        None, doc="nodes > 1: the command placed before each node's torchrun agent"
+    )
+    precision: PrecisionMapping | None = key(None, doc="a precision target instead of repeats")
+    equivalence_pct: float = key(1.0, gt=0, doc="a CI inside ±this reads 'within ±x%'")
+    compile_cache: bool = key(True, doc="runs share the TorchInductor/Triton caches under cache/compile/")
+    fork_server: bool = key(True, doc="single-process runs fork from a server with the trainer imported")
+    prime_runs: int = key(
+        0, ge=0, doc=f"discarded runs per cell and arm before the measured ones (at most {MAX_PRIME_RUNS})"
+    )
+    capacity: CapacityMapping | None = key(None, doc="an OOM boundary search instead of timed pairs")
+    cells: Cells = key(doc="the grid: a list of cell entries")

@@ -1,0 +1,148 @@
+"""The kernels command's one door into the rest of the suite: every name it takes from the
+sweep's config (bench.config), its run loop (bench.run, bench.procs), the hardware check
+(bench.probe) and the report's writers (bench.results) is used here and nowhere else in
+bench/kernels, so when one of those is renamed or moved it is re-pointed here alone.
+
+The config's types are imported at the top (they are what a plan is made of); everything else
+is imported where it is used, so the command loads only what a run needs (matplotlib, the
+launcher) and a module being rebuilt elsewhere breaks only the step that calls it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.config.sweep import Cell, Run, SweepConfig, format_set_value, load_config
+from bench.errors import SweepError
+
+__all__ = [
+    "Cell",
+    "Run",
+    "SweepConfig",
+    "SweepError",
+    "cache_dir",
+    "check_machine",
+    "check_out_path",
+    "format_set_value",
+    "git_commit",
+    "liger_skip_reason",
+    "load_config",
+    "no_gpu_reason",
+    "plot_grid",
+    "prepare_cache",
+    "run_trainer",
+    "save_plot",
+    "train_command",
+    "write_csv",
+]
+
+
+# ---------------------------------------------------------------- the machine and the output
+
+
+def check_machine(cfg: SweepConfig) -> None:
+    """SweepError (one line) when this machine is not the config's hardware (as ``sweep`` checks)."""
+    from bench.probe.hardware import check_hardware
+
+    try:
+        problem = check_hardware(list(cfg.hardware), config=str(cfg.path))
+    except ValueError as e:  # HardwareError: an unknown hardware name, a bad BENCH_HARDWARE
+        raise SweepError(str(e)) from None
+    if problem:
+        raise SweepError(problem)
+
+
+def check_out_path(out_dir: Path) -> None:
+    """SweepError (one line) when ``out_dir`` cannot be written as an output directory."""
+    from bench.run.sweepdir import check_out_path as check
+
+    check(out_dir)
+
+
+def git_commit() -> str | None:
+    from bench.run.sweepdir import git_commit as commit
+
+    return commit()
+
+
+# ---------------------------------------------------------------- the sweep's skip reasons
+
+
+def liger_skip_reason() -> str | None:
+    """Why the sweep's Liger arms cannot run on this machine, or None."""
+    from bench.run.preflight import liger_skip_reason as reason
+
+    return reason()
+
+
+def no_gpu_reason() -> str:
+    """The sweep's reason for skipping a Liger arm on a machine without a GPU."""
+    from bench.run.preflight import NO_GPU
+
+    return NO_GPU
+
+
+# ---------------------------------------------------------------- one profile run
+
+
+def cache_dir(out_dir: Path, cell: Cell) -> Path | None:
+    """The offline cache a cell reads under ``out_dir`` (None for an online cell), as in a sweep."""
+    from bench.run.sweepdir import cache_dir_for
+
+    return cache_dir_for(out_dir, cell)
+
+
+def prepare_cache(cfg: SweepConfig, out_dir: Path, run: Run) -> str | None:
+    """Prepare the offline cache ``run`` reads, under out_dir/cache, with the sweep's own code
+    (reused when it is there already); the one-line error, or None."""
+    from bench.run.caches import prepare_caches
+    from bench.trainers import plug_for
+
+    return prepare_caches(cfg, plug_for(cfg), out_dir, [run]).get(run.cell.cache_key())
+
+
+def train_command(cfg: SweepConfig, run: Run, rdir: Path, cache: Path | None) -> list[str]:
+    """The sweep's exact trainer command for ``run`` (the cell's --set values, the arm's keys, the
+    launcher), ending in ``--output-dir rdir``."""
+    from bench.trainers import plug_for
+
+    return plug_for(cfg).train_command(cfg, run, rdir, cache)
+
+
+def run_trainer(argv: list[str], rdir: Path, timeout_s: float, wrote: Path) -> str | None:
+    """Run one trainer process tree as the sweep does (its output in rdir/stdout.log); None when it
+    exited 0 in time and ``wrote`` exists, else why not, in one line naming the log."""
+    from bench.procs.launcher import exit_text, log_lines, run_process
+
+    log = rdir / "stdout.log"
+    rc, timed_out = run_process(argv, log, rdir / "launch.json", timeout_s)
+    if rc == 0 and not timed_out and wrote.is_file():
+        return None
+    lines = log_lines(log)
+    why = f"timed out after {timeout_s:g} s" if timed_out else (lines[-1] if lines else "")
+    return f"{why or exit_text(rc)} (log: {log})"
+
+
+# ---------------------------------------------------------------- the report's writers
+
+
+def write_csv(df: Any, path: Path) -> Path:
+    """A table written atomically as the sweep's report writes its CSVs (6 significant digits)."""
+    from bench.results.report import write_csv as write
+
+    return write(df, path)
+
+
+def plot_grid(n: int, title: str) -> tuple[Any, list[Any]]:
+    """A figure with one panel per cell, as the sweep's plots lay them out."""
+    from bench.results.plots import _grid
+
+    return _grid(n, title)
+
+
+def save_plot(fig: Any, path: Path) -> Path:
+    """The figure written atomically as a PNG, as the sweep's plots are."""
+    from bench.results.plots import _save
+
+    return _save(fig, path)

@@ -1,0 +1,173 @@
+"""AMD cards through AMD SMI (the amdsmi package of ROCm 6.x/7.x): ``AmdSmiBackend``.
+
+Cards in a compute-partition mode (CPX, DPX, ...) give one handle per partition; each handle
+is one device here, with its ``partition`` set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.probe.backends import STATE_FIELDS, _Fields, _import_quietly, _number, _one_line, _text
+
+MIB = 2**20  # AMD SMI's "MB" are MiB
+# Compute-partition modes that split one card into several handles.
+_SPLIT_MODES = ("DPX", "TPX", "QPX", "CPX")
+
+# AMD SMI's "not supported" values where a wrapper passes them through unconverted.
+_AMD_SENTINELS = (0xFFFF, 0xFFFFFFFF, 2**64 - 1)
+
+
+def _serial(value: Any) -> int | None:
+    """An ASIC serial as a number; None when unreadable ("N/A", empty, zero)."""
+    try:
+        number = int(str(value), 16)
+    except (TypeError, ValueError):
+        return None
+    return number or None
+
+
+class AmdSmiBackend(_Fields):
+    """AMD cards through AMD SMI (the amdsmi Python package of ROCm 6.x/7.x)."""
+
+    name = "amdsmi"
+
+    def __init__(self) -> None:
+        amdsmi = _import_quietly("amdsmi")
+        self._smi = amdsmi
+        self.problems = []
+        self.physical_count: int | None = None
+        amdsmi.amdsmi_init()
+        try:
+            self._handles = list(amdsmi.amdsmi_get_processor_handles())
+            self.count = len(self._handles)
+        except BaseException:
+            self.close()
+            raise
+
+    def _total(self, i: int, handle: Any) -> int | None:
+        """Total VRAM in bytes (amdsmi_get_gpu_memory_total), else vram_usage's MiB."""
+        smi = self._smi
+        try:
+            return int(smi.amdsmi_get_gpu_memory_total(handle, smi.AmdSmiMemoryType.VRAM))
+        except Exception as err:
+            first = _one_line(err)
+        try:
+            return int(smi.amdsmi_get_gpu_vram_usage(handle)["vram_total"]) * MIB
+        except Exception as err:
+            self.problems.append(f"card {i} total VRAM: {first}; {_one_line(err)}")
+            return None
+
+    def _partition_mode(self, handle: Any) -> str | None:
+        try:
+            mode = _text(self._smi.amdsmi_get_gpu_compute_partition(handle)).strip()
+        except Exception:  # not supported before MI300
+            return None
+        return mode if mode and mode.upper() != "N/A" else None
+
+    def devices(self) -> list[dict]:
+        smi = self._smi
+        infos = [
+            self._field(f"card {i} asic info", smi.amdsmi_get_gpu_asic_info, h) or {}
+            for i, h in enumerate(self._handles)
+        ]
+        modes = [self._partition_mode(h) for h in self._handles]
+        # Partitions of one card share its serial ("0x..."); unknown serials count nothing.
+        serials = [_serial(info.get("asic_serial")) for info in infos]
+        known = bool(serials) and all(serials)
+        self.physical_count = len(set(serials)) if known else None
+        shared = self.physical_count is not None and self.physical_count < len(serials)
+        out = []
+        for i, h in enumerate(self._handles):
+            mode = modes[i]
+            split = bool(mode) and mode.upper() in _SPLIT_MODES
+            name = infos[i].get("market_name")
+            arch = infos[i].get("target_graphics_version")  # absent before ROCm 6.3
+            out.append(
+                {
+                    "index": i,
+                    "name": None if name is None else _text(name),
+                    "total_bytes": self._total(i, h),
+                    "arch": None if arch is None else _text(arch),
+                    "partition": (mode or "shared card") if split or shared else None,
+                }
+            )
+        return out
+
+    def _used(self, handle: Any) -> int:
+        smi = self._smi
+        try:  # bytes, exact
+            return int(smi.amdsmi_get_gpu_memory_usage(handle, smi.AmdSmiMemoryType.VRAM))
+        except Exception:  # older library or unsupported: MB
+            return int(smi.amdsmi_get_gpu_vram_usage(handle)["vram_used"]) * MIB
+
+    def used_bytes(self) -> list[int]:
+        return [self._used(h) for h in self._handles]
+
+    def _clock(self, handle: Any, clk_type: Any) -> float | None:
+        try:
+            info = self._smi.amdsmi_get_clock_info(handle, clk_type)
+        except Exception:
+            return None
+        # "clk" since ROCm 6.2, "cur_clk" before; MHz; "N/A" when not supported.
+        return _number(info.get("clk", info.get("cur_clk")), sentinels=_AMD_SENTINELS)
+
+    def _temperature(self, handle: Any) -> float | None:
+        # Hotspot (junction) first: MI300-class cards (SMU 13.0.6) have no edge sensor, and
+        # amd-smi itself shows edge as N/A there. Degrees C; 0 means no reading.
+        smi = self._smi
+        for sensor in ("HOTSPOT", "EDGE"):
+            try:
+                value = _number(
+                    smi.amdsmi_get_temp_metric(
+                        handle,
+                        getattr(smi.AmdSmiTemperatureType, sensor),
+                        smi.AmdSmiTemperatureMetric.CURRENT,
+                    ),
+                    sentinels=_AMD_SENTINELS,
+                )
+            except Exception:
+                continue
+            if value:
+                return value
+        return None
+
+    def _power(self, handle: Any) -> float | None:
+        # Watts. current_socket_power (MI300 and later), average_socket_power (older cards),
+        # socket_power (7.x); each may be "N/A".
+        try:
+            info = self._smi.amdsmi_get_power_info(handle)
+        except Exception:
+            return None
+        for key in ("current_socket_power", "average_socket_power", "socket_power"):
+            value = _number(info.get(key), sentinels=_AMD_SENTINELS)
+            if value:
+                return value
+        return None
+
+    def state(self) -> list[dict]:
+        smi = self._smi
+        rows = []
+        for h in self._handles:
+            row = dict.fromkeys(STATE_FIELDS)
+            try:
+                row["sm_clock_mhz"] = self._clock(h, smi.AmdSmiClkType.GFX)
+                row["mem_clock_mhz"] = self._clock(h, smi.AmdSmiClkType.MEM)
+                row["temperature_c"] = self._temperature(h)
+                row["power_w"] = self._power(h)
+            except Exception:
+                pass
+            rows.append(row)
+        return rows
+
+    def driver_version(self) -> str | None:
+        try:
+            return _text(self._smi.amdsmi_get_gpu_driver_info(self._handles[0])["driver_version"])
+        except Exception:
+            return None
+
+    def close(self) -> None:
+        try:
+            self._smi.amdsmi_shut_down()
+        except Exception:
+            pass

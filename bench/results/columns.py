@@ -1,0 +1,91 @@
+"""The column lists (schemas) of the tables a sweep's results are built from and written as:
+metrics.jsonl's fields as read, runs.csv, summary.csv, contrasts.csv, scaling.csv,
+loss_parity.csv and vram_per_card.csv (docs/run-contract.md). Names only, no logic."""
+
+from __future__ import annotations
+
+METRIC_FIELDS = [
+    "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s",
+    "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu", "elapsed_s", "time",
+]  # fmt: skip
+# Read-only GPU state of the run's busiest card, sampled by the poller: min/median/max over the
+# measured steps (vram.jsonl's timed state rows against metrics' "time"), else over the whole run
+# (vram.json); state_window says which.
+STATE_FIELDS = ["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"]
+STATE_COLUMNS = [f"{f}_{s}" for f in STATE_FIELDS for s in ("min", "median", "max")] + ["state_window"]
+STARTUP_COLUMNS = [
+    "startup_s", "imports_s", "imports_preloaded", "first_step_s", "to_first_measured_step_s",
+    "compile_cache_warm",
+]  # fmt: skip
+
+CELL_COLUMNS = [
+    "profile",
+    "mode",
+    "batch_size",
+    "seq_len",
+    "accumulation_steps",
+    "num_anchors",
+    "gpus",
+    "nodes",
+]
+# Cells that differ only in their world size (gpus x nodes) form one scaling series.
+SCALING_KEY = ["profile", "mode", "batch_size", "seq_len", "accumulation_steps", "num_anchors"]
+SCALING_COLUMNS = [
+    *SCALING_KEY, "arm", "gpus", "nodes", "world_size", "n_ok", "samples_per_s_mean", "samples_per_s_per_gpu",
+    "scaling_efficiency_pct", "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low",
+    "delta_samples_per_s_pct_ci95_high", "peak_vram_gib",
+]  # fmt: skip
+PROVENANCE_COLUMNS = [
+    "hostname", "gpu_name", "gpu_count", "driver_version", "torch_version", "triton_version",
+    "transformers_version", "liger_version", "git_commit",
+]  # fmt: skip
+
+RUNS_COLUMNS = [
+    "run_id", "cell_id", *CELL_COLUMNS, "arm", "repeat", "order_index", "status", "reason", "note",
+    "steps_total", "warmup_steps", "steps_measured",
+    "s_per_step_mean", "s_per_step_median", "s_per_step_std", "s_per_step_p10", "s_per_step_p90",
+    "samples_per_s", "tokens_per_s", "mfu",
+    "peak_vram_gib", "peak_vram_sum_gib", "peak_vram_delta_gib", "vram_status",
+    "torch_peak_allocated_gib", "torch_peak_reserved_gib", "loss_last", "accuracy_last",
+    *STARTUP_COLUMNS, *STATE_COLUMNS, "start_time", "end_time", *PROVENANCE_COLUMNS,
+]  # fmt: skip
+RUNS_TEXT_COLUMNS = {
+    "run_id", "cell_id", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
+    "start_time", "end_time", "state_window", "compile_cache_warm", "imports_preloaded", *PROVENANCE_COLUMNS,
+} - {"gpu_count"}  # fmt: skip
+
+SUMMARY_PROVENANCE_COLUMNS = ["hostname", "gpu_name", "torch_version", "liger_version", "git_commit"]
+SUMMARY_COLUMNS = [
+    "cell_id", *CELL_COLUMNS, "arm", "n_runs", "n_ok",
+    "samples_per_s_mean", "samples_per_s_std", "samples_per_s_ci95_low", "samples_per_s_ci95_high",
+    "tokens_per_s_mean", "s_per_step_mean", "s_per_step_median", "s_per_step_ci95_low", "s_per_step_ci95_high",
+    "peak_vram_gib", "peak_vram_gib_max", "torch_peak_allocated_gib", "torch_peak_reserved_gib",
+    "mfu_mean", "loss_last_mean",
+    "n_pairs", "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
+    "delta_samples_per_s_halfwidth_pct", "delta_samples_per_s_pct_per_pair",
+    "precision_target_pct", "pairs_planned", "pairs_wanted", "hit_pair_cap",
+    "delta_peak_vram_gib", "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high",
+    "delta_peak_vram_pct", "delta_torch_peak_allocated_gib",
+    "verdict_speed", "verdict_memory", "loss_parity", "ci_method", *SUMMARY_PROVENANCE_COLUMNS,
+]  # fmt: skip
+
+LOSS_PARITY_COLUMNS = [
+    "cell_id", "profile", "mode", "batch_size", "seq_len", "gpus", "nodes", "arm", "repeat", "steps_compared",
+    "max_abs_delta", "max_abs_delta_step", "last_step", "last_step_abs_delta",
+    "loss_last_baseline", "loss_last_arm", "tolerance", "criterion", "passed",
+]  # fmt: skip
+PARITY_CRITERION = "last_step_abs_delta <= tolerance"
+
+VRAM_PER_CARD_COLUMNS = [
+    "run_id", "cell_id", "arm", "repeat", "node", "card_index", "card_name", "total_gib",
+    "baseline_used_gib", "peak_used_gib", "peak_delta_gib",
+]  # fmt: skip
+
+
+CONTRAST_COLUMNS = [
+    "cell_id", *CELL_COLUMNS, "arm", "reference", "n_pairs", "delta_samples_per_s_pct",
+    "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
+    "delta_samples_per_s_halfwidth_pct", "delta_samples_per_s_pct_per_pair", "delta_peak_vram_gib",
+    "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high", "delta_peak_vram_pct",
+    "verdict_speed", "verdict_memory", "ci_method",
+]  # fmt: skip

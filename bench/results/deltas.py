@@ -1,0 +1,162 @@
+"""The Δ columns: one arm's ok runs of a cell against a reference arm's (the baseline, or a
+contrast's reference), paired by round; Stein's stopping rule per cell (stein_decisions) and
+the verdicts, in words, when one side has no ok run. Method: docs/method.md, bench.results.stats.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.arms import AA, BASELINE
+from bench.results import stats
+from bench.results.columns import RUNS_COLUMNS
+
+NAN = float("nan")
+
+
+def _by_repeat(ok: pd.DataFrame, col: str) -> pd.Series:
+    return ok.drop_duplicates("repeat", keep="last").set_index("repeat")[col]
+
+
+def log_ratios(base_ok: pd.DataFrame, ok: pd.DataFrame) -> pd.Series:
+    """Per pair (repeat) where both runs are ok: ln(arm samples/s / baseline samples/s)."""
+    b, o = _by_repeat(base_ok, "samples_per_s"), _by_repeat(ok, "samples_per_s")
+    common = b.index.intersection(o.index)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lr = np.log(o[common].astype(float) / b[common].astype(float))
+    return lr[np.isfinite(lr)].sort_index()
+
+
+def _pilot_decision(lr: pd.Series, target: dict) -> stats.SteinDecision:
+    pilot = lr[lr.index <= target["min_pairs"]]
+    return stats.stein_pairs(
+        list(pilot), target["ci_halfwidth_pct"], target["min_pairs"], target["max_pairs"]
+    )
+
+
+def stein_decisions(runs_df: pd.DataFrame, targets: dict[str, dict]) -> dict[str, stats.SteinDecision]:
+    """Per cell with a precision target: how many pairs Stein's rule asks for after the pilot.
+
+    Every non-baseline arm of the cell is judged from its own pilot log-ratios; the cell runs
+    as many pairs as its most demanding arm needs. Arms with no usable pilot pair (e.g. a
+    skipped Liger arm) do not extend the cell.
+    """
+    df = runs_df.reindex(columns=RUNS_COLUMNS)
+    ok = df[df["status"] == "ok"]
+    out: dict[str, stats.SteinDecision] = {}
+    for cell_id, target in targets.items():
+        cell_ok = ok[ok["cell_id"] == cell_id]
+        base = cell_ok[cell_ok["arm"] == BASELINE]
+        arms = [a for a in dict.fromkeys(df.loc[df["cell_id"] == cell_id, "arm"]) if a != BASELINE]
+        decisions = [_pilot_decision(log_ratios(base, cell_ok[cell_ok["arm"] == a]), target) for a in arms]
+        usable = [d for d in decisions if d.pilot_sd is not None]
+        if usable:
+            out[cell_id] = max(usable, key=lambda d: d.wanted)
+        else:
+            out[cell_id] = stats.stein_pairs(
+                [], target["ci_halfwidth_pct"], target["min_pairs"], target["max_pairs"]
+            )
+    return out
+
+
+def _one_sided(
+    base_ok, ok, base_statuses: set, statuses: set, arm: str, ref: str = BASELINE
+) -> dict[str, Any]:
+    """Verdicts when one arm (or both) has no ok run: which arm fits is itself the finding.
+    ``ref``: the arm compared against (the baseline, or a contrast's reference)."""
+    base_oom = base_ok.empty and "oom" in base_statuses
+    arm_oom = ok.empty and "oom" in statuses
+    no_base = not base_statuses  # e.g. a capacity probe only one arm's search reached
+    if base_oom and arm_oom:
+        text = "both arms OOM"
+    elif base_oom:
+        text = f"{arm} fits, {ref} OOM"
+    elif arm_oom and not base_ok.empty:
+        text = f"{ref} fits, {arm} OOM"
+    elif arm_oom:
+        text = f"{arm} OOM; " + (f"no {ref} run" if no_base else f"no ok {ref} run")
+    elif ok.empty:
+        text = "n/a (no ok runs)"
+    else:
+        text = f"n/a (no {ref} run)" if no_base else f"n/a (no ok {ref})"
+    return {"verdict_speed": text, "verdict_memory": text}
+
+
+def delta_columns(
+    base_ok: pd.DataFrame,
+    ok: pd.DataFrame,
+    target: dict | None,
+    equivalence_pct: float,
+    arm: str = "",
+    base_statuses: set | None = None,
+    statuses: set | None = None,
+    ref: str = BASELINE,
+) -> dict[str, Any]:
+    """Columns comparing one arm's ok runs with the baseline's (or ``ref``'s) ok runs of the same cell.
+
+    Δ samples/s: ratio of geometric means over pairs, t-interval on the per-pair log-ratios
+    (Stein's interval with the pilot's spread when the cell has a precision target); runs of
+    the two arms that share no pair fall back to Welch's interval on log throughput.
+    """
+    if ok.empty or base_ok.empty:
+        return _one_sided(base_ok, ok, base_statuses or set(), statuses or set(), arm, ref)
+    min_pairs = target["min_pairs"] if target else 3
+    lr = log_ratios(base_ok, ok)
+    row: dict[str, Any] = {}
+    if len(lr):
+        decision = _pilot_decision(lr, target) if target else None
+        if decision is not None and decision.pilot_sd is not None:
+            sps = stats.paired_log_delta(list(lr), decision.pilot_sd, decision.pilot_df)
+        else:
+            sps = stats.paired_log_delta(list(lr))
+        if decision is not None:
+            row.update(
+                precision_target_pct=target["ci_halfwidth_pct"],
+                pairs_planned=decision.pairs,
+                pairs_wanted=decision.wanted,
+                hit_pair_cap=decision.capped,
+            )
+    else:
+        sps = stats.welch_log_delta(
+            list(base_ok["samples_per_s"].dropna()), list(ok["samples_per_s"].dropna())
+        )
+    b_vram, o_vram = _by_repeat(base_ok, "peak_vram_gib"), _by_repeat(ok, "peak_vram_gib")
+    common = b_vram.index.intersection(o_vram.index)
+    vram = stats.paired_abs_delta(list(b_vram[common]), list(o_vram[common]))
+    base_vram = base_ok["peak_vram_gib"].mean()
+    band_gib = equivalence_pct / 100 * base_vram if base_vram > 0 else 0.0
+    row.update(
+        {
+            "n_pairs": sps.n,
+            "delta_samples_per_s_pct": sps.pct,
+            "delta_samples_per_s_pct_ci95_low": sps.lo,
+            "delta_samples_per_s_pct_ci95_high": sps.hi,
+            "delta_samples_per_s_halfwidth_pct": sps.halfwidth,
+            "delta_samples_per_s_pct_per_pair": " ".join(f"{v:+.2f}" for v in sps.per_pair) or None,
+            "delta_peak_vram_gib": vram.pct,
+            "delta_peak_vram_gib_ci95_low": vram.lo,
+            "delta_peak_vram_gib_ci95_high": vram.hi,
+            "delta_peak_vram_pct": 100 * vram.pct / base_vram if base_vram > 0 else NAN,
+            "delta_torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean()
+            - base_ok["torch_peak_allocated_gib"].mean(),
+            "verdict_speed": stats.speed_verdict(sps, min_pairs, equivalence_pct)
+            if not math.isnan(sps.pct)
+            else "n/a (no throughput data)",
+            "verdict_memory": stats.memory_verdict(vram, min_pairs, band_gib)
+            if not math.isnan(vram.pct)
+            else "n/a (no VRAM data)",
+            "ci_method": sps.method,
+        }
+    )
+    if arm == AA and not math.isnan(sps.lo):  # the baseline against itself: a check, not a finding
+        ok_aa = sps.lo <= 0 <= sps.hi
+        row["verdict_speed"] = (
+            f"A/A check passed: CI contains 0 (±{sps.halfwidth:.2f} points)"
+            if ok_aa
+            else "A/A check FAILED: CI excludes 0 (a false positive: the suite's noise is underestimated)"
+        )
+    return row

@@ -1,0 +1,121 @@
+"""Loss parity: per cell, arm and repeat, the arm's logged losses against the baseline's of the
+same pair, step by step (loss_parity.csv), the verdict in words that summary.csv carries, and
+why a (cell, repeat) has no row. A speed Δ of an arm that fails it compares two trainings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from bench import fmt
+from bench.arms import BASELINE
+from bench.results.columns import LOSS_PARITY_COLUMNS, PARITY_CRITERION, SUMMARY_COLUMNS
+from bench.results.records import RunRecord
+
+NAN = float("nan")
+
+
+def _arm_pairs(records: list[RunRecord]) -> dict[tuple[Any, Any], dict[str, RunRecord]]:
+    pairs: dict[tuple[Any, Any], dict[str, RunRecord]] = {}
+    for r in records:
+        pairs.setdefault((r.cell_id, r.repeat), {})[str(r.arm)] = r
+    return pairs
+
+
+def _parity_row(base: RunRecord, other: RunRecord, default_tolerance: float) -> dict[str, Any] | None:
+    j = base.metrics[["step", "loss"]].merge(
+        other.metrics[["step", "loss"]], on="step", suffixes=("_baseline", "_arm")
+    )
+    if j.empty:
+        return None
+    delta = (j["loss_arm"] - j["loss_baseline"]).abs()
+    tol = fmt.num(base.cell.get("loss_tolerance", other.cell.get("loss_tolerance")), default_tolerance)
+    last = j.iloc[-1]
+    last_delta = float(delta.iloc[-1])
+    return {
+        "cell_id": base.cell_id,
+        **{c: base.cell.get(c) for c in ("profile", "mode", "batch_size", "seq_len", "gpus")},
+        "nodes": base.cell.get("nodes") or 1,  # cells recorded before multi-node have no key
+        "arm": other.arm,
+        "repeat": base.repeat,
+        "steps_compared": len(j),
+        "max_abs_delta": delta.max(skipna=False),
+        "max_abs_delta_step": j.loc[delta.idxmax(), "step"] if delta.notna().any() else NAN,
+        "last_step": last["step"],
+        "last_step_abs_delta": last_delta,
+        "loss_last_baseline": last["loss_baseline"],
+        "loss_last_arm": last["loss_arm"],
+        "tolerance": tol,
+        "criterion": PARITY_CRITERION,
+        "passed": bool(last_delta <= tol),
+    }
+
+
+def _other_arms(arms: dict[str, RunRecord]) -> list[str]:
+    return [a for a in arms if a != BASELINE]
+
+
+def loss_parity_table(records: list[RunRecord], default_tolerance: float = 1e-2) -> pd.DataFrame:
+    """loss_parity.csv: per cell, arm and repeat where the arm and the baseline of the same pair
+    logged losses, step-by-step |Δ loss|.
+
+    max_abs_delta is over every common step (warm-up included); pass/fail is PARITY_CRITERION.
+    Repeats missing a counterpart get no row; see loss_parity_gaps.
+    """
+    rows = []
+    for arms in _arm_pairs(records).values():
+        if BASELINE not in arms:
+            continue
+        for arm in _other_arms(arms):
+            row = _parity_row(arms[BASELINE], arms[arm], default_tolerance)
+            if row is not None:
+                rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=LOSS_PARITY_COLUMNS)
+
+
+def parity_verdict(rows: pd.DataFrame) -> str:
+    """One (cell, arm)'s loss parity in words: 'pass (n/n)' or 'FAIL in k of n pairs (...)'."""
+    if not len(rows):
+        return ""
+    failed = rows[~rows["passed"].astype(bool)]
+    if not len(failed):
+        return f"pass ({len(rows)}/{len(rows)})"
+    worst = failed["last_step_abs_delta"].max()
+    return (
+        f"FAIL in {len(failed)} of {len(rows)} pairs (|Δ loss| at the last step up to {worst:.3g}, "
+        f"tolerance {failed['tolerance'].iloc[0]:g})"
+    )
+
+
+def with_loss_parity(summary: pd.DataFrame, parity: pd.DataFrame) -> pd.DataFrame:
+    """summary.csv's loss_parity column from loss_parity.csv: a speed Δ of an arm that fails it
+    compares two different trainings."""
+    out = summary.copy()
+    out["loss_parity"] = [
+        parity_verdict(parity[(parity["cell_id"] == c) & (parity["arm"] == a)]) if len(parity) else ""
+        for c, a in zip(out["cell_id"], out["arm"], strict=True)
+    ]
+    return out.reindex(columns=SUMMARY_COLUMNS)
+
+
+def loss_parity_gaps(records: list[RunRecord]) -> list[str]:
+    """One line per (cell, repeat) with no loss-parity row, saying why."""
+    gaps = []
+    for (cell_id, repeat), arms in _arm_pairs(records).items():
+        where = f"{cell_id} repeat {repeat}"
+        if BASELINE not in arms or not _other_arms(arms):
+            have = ", ".join(arms) or "none"
+            gaps.append(f"{where}: no pair to compare (runs of arms: {have})")
+            continue
+        for arm in _other_arms(arms):
+            pair = (BASELINE, arm)
+            empty = [a for a in pair if arms[a].metrics["loss"].dropna().empty]
+            if empty:
+                why = "; ".join(
+                    f"{a} has no losses (status {arms[a].status}: {arms[a].reason or '-'})" for a in empty
+                )
+                gaps.append(f"{where}: {why}")
+            elif _parity_row(arms[BASELINE], arms[arm], NAN) is None:
+                gaps.append(f"{where}: {arm} and baseline share no logged step")
+    return gaps

@@ -1,0 +1,303 @@
+"""Typed run records: one run directory (cell.json, run.json, metrics.jsonl, vram.json and
+vram.jsonl) read into a RunRecord, and a record turned into its runs.csv row (run_row: the one
+definition of a run's throughput, its memory peaks, startup costs, GPU state and provenance).
+
+File layout and schemas: docs/run-contract.md. Numbers are kept at full precision here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench import fmt
+from bench.arms import ARM_NAMES
+from bench.fileio import read_json, read_jsonl
+from bench.results.columns import CELL_COLUMNS, METRIC_FIELDS, STATE_FIELDS, VRAM_PER_CARD_COLUMNS
+
+NAN = float("nan")
+_REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")
+_WORD_ARM_RE = re.compile(r"^(?P<cell_id>.+)_(?P<arm>[A-Za-z0-9]+)$")
+_ARMS_LONGEST_FIRST = sorted(ARM_NAMES, key=len, reverse=True)
+
+
+def parse_run_id(run_id: str) -> dict[str, str] | None:
+    """cell_id, arm and repeat (as text) of a run id ``<cell_id>_<arm>_r<repeat>``, None when it
+    is not one. The arm is matched against the known arm names (bench.arms), longest first, so
+    ``..._liger_flce_r3`` is arm liger_flce (not flce of cell ``..._liger``); an arm not known
+    there is the last word (letters and digits) before the repeat."""
+    m = _REPEAT_RE.match(run_id)
+    if not m:
+        return None
+    stem, repeat = m["stem"], m["repeat"]
+    for arm in _ARMS_LONGEST_FIRST:
+        if stem.endswith(f"_{arm}") and len(stem) > len(arm) + 1:
+            return {"cell_id": stem[: -len(arm) - 1], "arm": arm, "repeat": repeat}
+    w = _WORD_ARM_RE.match(stem)
+    return {"cell_id": w["cell_id"], "arm": w["arm"], "repeat": repeat} if w else None
+
+
+@dataclass
+class RunRecord:
+    """Everything one run directory holds; missing files are empty ({} / no rows / None)."""
+
+    run_dir: Path
+    cell: dict[str, Any]
+    run: dict[str, Any]
+    metrics: pd.DataFrame  # one row per optimizer step (METRIC_FIELDS), sorted by step
+    vram: dict[str, Any] | None
+
+    def _from_id(self, key: str) -> str | None:
+        parsed = parse_run_id(self.run_id)
+        return parsed[key] if parsed else None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.cell.get("run_id") or self.run_dir.name)
+
+    @property
+    def cell_id(self) -> str | None:
+        return self.cell.get("cell_id") or self._from_id("cell_id")
+
+    @property
+    def arm(self) -> str | None:
+        return self.cell.get("arm") or self.run.get("arm") or self._from_id("arm")
+
+    @property
+    def repeat(self) -> int | None:
+        rep = self.cell.get("repeat", self._from_id("repeat"))
+        return None if rep is None else int(rep)
+
+    @property
+    def status(self) -> str:
+        return str(self.run.get("status") or ("missing" if not self.run else "unknown"))
+
+    @property
+    def reason(self) -> str | None:
+        if not self.run:
+            if (self.run_dir / "run.json").exists():
+                return "run.json is not valid JSON (a torn write, or not written by a trainer)"
+            return "run.json missing: the trainer never started or died before writing it"
+        return self.run.get("reason")
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.cell.get("warmup_steps") or 0)
+
+    @property
+    def steady(self) -> pd.DataFrame:
+        """Steady-state steps: everything after the first ``warmup_steps`` steps."""
+        m = self.metrics
+        return m[(m["step"] > self.warmup_steps) & m["step_time_s"].notna()]
+
+
+def _load_metrics(path: Path) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(read_jsonl(path), columns=METRIC_FIELDS)
+    df = df.apply(pd.to_numeric, errors="coerce").astype(float).dropna(subset=["step"])
+    return df.drop_duplicates("step", keep="last").sort_values("step").reset_index(drop=True)
+
+
+def load_run(d: Path) -> RunRecord:
+    """The record of one run directory."""
+    return RunRecord(
+        run_dir=d,
+        cell=read_json(d / "cell.json") or {},
+        run=read_json(d / "run.json") or {},
+        metrics=_load_metrics(d / "metrics.jsonl"),
+        vram=read_json(d / "vram.json"),
+    )
+
+
+def load_runs(sweep_dir: str | Path) -> list[RunRecord]:
+    """One record per directory under ``<sweep_dir>/runs``, in run order (order_index, run_id)."""
+    runs_dir = Path(sweep_dir) / "runs"
+    dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
+    records = [load_run(d) for d in dirs]
+    return sorted(records, key=lambda r: (fmt.num(r.cell.get("order_index"), math.inf), r.run_id))
+
+
+def vram_devices(vram: dict | None) -> pd.DataFrame:
+    """Per-card rows of a vram.json (node, card_index, card_name, total/baseline/peak/delta GiB);
+    node is 0 on a single node, a multi-node run's gathered cards carry theirs (bench/nodevram.py)."""
+    cols = VRAM_PER_CARD_COLUMNS[VRAM_PER_CARD_COLUMNS.index("node") :]
+    devices = (vram or {}).get("devices") or []
+    rows = [
+        {
+            "node": d.get("node", 0),
+            "card_index": d.get("index", i),
+            "card_name": d.get("name"),
+            **{c: fmt.num(d.get(c)) for c in cols[3:]},
+        }
+        for i, d in enumerate(devices)
+        if isinstance(d, dict)
+    ]
+    df = pd.DataFrame(rows, columns=cols)
+    df["peak_delta_gib"] = df["peak_delta_gib"].fillna(df["peak_used_gib"] - df["baseline_used_gib"])
+    return df
+
+
+def _summarize_vram(vram: dict | None) -> dict[str, Any]:
+    """Busiest card's peak used, sum over cards, busiest delta over idle baseline, poller status,
+    and the busiest card's clocks, temperature and power (min/median/max over the run)."""
+    dev = vram_devices(vram)
+    out = {
+        "peak_vram_gib": dev["peak_used_gib"].max(),
+        "peak_vram_sum_gib": dev["peak_used_gib"].sum(min_count=1),
+        "peak_vram_delta_gib": dev["peak_delta_gib"].max(),
+        "vram_status": "missing" if vram is None else str(vram.get("status") or "unknown"),
+    }
+    devices = [d for d in (vram or {}).get("devices") or [] if isinstance(d, dict)]
+    if devices:
+        busiest = max(devices, key=lambda d: fmt.num(d.get("peak_delta_gib"), -math.inf))
+        state = busiest.get("state") or {}
+        for f in STATE_FIELDS:
+            stat = state.get(f) if isinstance(state.get(f), dict) else {}
+            for k in ("min", "median", "max"):
+                out[f"{f}_{k}"] = fmt.num(stat.get(k))
+        out["state_window"] = "whole run" if any(state.get(f) for f in STATE_FIELDS) else None
+    return out
+
+
+def measured_window(rec: RunRecord) -> tuple[float, float] | None:
+    """Wall-clock start and end of a run's measured steps (metrics' "time" at the end of each step,
+    minus the first measured step's duration), or None when the trainer wrote no times."""
+    steady = rec.steady
+    if steady.empty or steady["time"].isna().any():
+        return None
+    first = steady.iloc[0]
+    return float(first["time"] - first["step_time_s"]), float(steady["time"].iloc[-1])
+
+
+def _window_state(rec: RunRecord) -> dict[str, Any]:
+    """The busiest card's state over the measured steps, from the poller's timed state rows in
+    vram.jsonl; {} when the run has no step times, no state rows or none inside the window (the
+    whole-run summary of vram.json stands then)."""
+    window = measured_window(rec)
+    devices = [d for d in (rec.vram or {}).get("devices") or [] if isinstance(d, dict)]
+    if window is None or not devices:
+        return {}
+    busiest = max(range(len(devices)), key=lambda i: fmt.num(devices[i].get("peak_delta_gib"), -math.inf))
+    t0, t1 = window
+    rows = [
+        r["state"][busiest]
+        for r in read_jsonl(rec.run_dir / "vram.jsonl")
+        if isinstance(r.get("state"), list) and len(r["state"]) > busiest and t0 <= fmt.num(r.get("t")) <= t1
+    ]
+    if not rows:
+        return {}
+    out: dict[str, Any] = {"state_window": "measured steps"}
+    for f in STATE_FIELDS:
+        values = [float(v) for v in (row.get(f) for row in rows if isinstance(row, dict)) if not fmt.isnan(v)]
+        for k, fn in (("min", min), ("median", statistics.median), ("max", max)):
+            out[f"{f}_{k}"] = fn(values) if values else NAN
+    return out
+
+
+def _startup(rec: RunRecord) -> dict[str, Any]:
+    """Startup costs: process start -> first step (trainer), of which imports (0 when a fork
+    server imported them before the run started), step 1, and process start -> the first
+    measured step (end of the last warm-up step, from metrics' elapsed_s); whether the
+    compile cache was warm."""
+    m, w = rec.metrics, rec.warmup_steps
+    first = m.loc[m["step"] == 1, "step_time_s"]
+    at_w = m.loc[m["step"] == w, "elapsed_s"] if w > 0 else pd.Series(dtype=float)
+    startup = fmt.num(rec.run.get("startup_s"))
+    warm = (rec.cell.get("compile_cache") or {}).get("warm")
+    phases = rec.run.get("startup") if isinstance(rec.run.get("startup"), dict) else {}
+    preloaded = phases.get("imports_preloaded")
+    return {
+        "startup_s": startup,
+        "imports_s": fmt.num(phases.get("imports_s")),
+        "imports_preloaded": None if preloaded is None else str(bool(preloaded)).lower(),
+        "first_step_s": first.iloc[0] if len(first) else NAN,
+        "to_first_measured_step_s": at_w.iloc[0] if len(at_w) else (startup if w == 0 else NAN),
+        "compile_cache_warm": None if warm is None else str(bool(warm)).lower(),
+    }
+
+
+def _step_stats(steady: pd.DataFrame) -> dict[str, float]:
+    """Step-time statistics; throughput as total work over total steady-state time."""
+    t = steady["step_time_s"]
+    total = t.sum()
+    samples = steady["samples"].fillna(steady["samples_per_s"] * t)
+    tokens = steady["tokens"].fillna(steady["tokens_per_s"] * t)
+    return {
+        "s_per_step_mean": t.mean(),
+        "s_per_step_median": t.median(),
+        "s_per_step_std": t.std(),
+        "s_per_step_p10": t.quantile(0.1),
+        "s_per_step_p90": t.quantile(0.9),
+        "samples_per_s": samples.sum(min_count=1) / total if total > 0 else NAN,
+        "tokens_per_s": tokens.sum(min_count=1) / total if total > 0 else NAN,
+        "mfu": steady["mfu"].mean(),
+    }
+
+
+def _provenance(rec: RunRecord) -> dict[str, Any]:
+    prov = rec.run.get("provenance") or {}
+    names = [str(n) for n in prov.get("gpu_names") or []]
+    return {
+        "hostname": prov.get("hostname"),
+        "gpu_name": ", ".join(dict.fromkeys(names)) or None,
+        "gpu_count": prov.get("gpu_count"),
+        "driver_version": prov.get("driver_version")
+        or prov.get("rocm_version")
+        or (rec.vram or {}).get("driver_version"),
+        "torch_version": prov.get("torch"),
+        "triton_version": prov.get("triton"),
+        "transformers_version": prov.get("transformers"),
+        "liger_version": prov.get("liger_kernel") or (rec.run.get("liger") or {}).get("version"),
+        "git_commit": prov.get("git_commit"),
+    }
+
+
+def run_row(rec: RunRecord) -> dict[str, Any]:
+    """One runs.csv row. Non-ok runs keep steps logged and memory peaks; their timings stay NaN."""
+    m, steady = rec.metrics, rec.steady
+    row: dict[str, Any] = {
+        "run_id": rec.run_id,
+        "cell_id": rec.cell_id,
+        **{c: rec.cell.get(c) for c in CELL_COLUMNS},
+        "arm": rec.arm,
+        "repeat": rec.repeat,
+        "order_index": rec.cell.get("order_index"),
+        "status": rec.status,
+        "reason": rec.reason,
+        "steps_total": len(m),
+        "warmup_steps": rec.warmup_steps,
+        "steps_measured": len(steady),
+        **_summarize_vram(rec.vram),
+        **_window_state(rec),
+        **_startup(rec),
+        "torch_peak_allocated_gib": m["torch_peak_allocated_gib"].max(),
+        "torch_peak_reserved_gib": m["torch_peak_reserved_gib"].max(),
+        "start_time": rec.run.get("start_time"),
+        "end_time": rec.run.get("end_time"),
+        **_provenance(rec),
+    }
+    note = None
+    planned = rec.cell.get("steps")
+    if rec.status != "ok":
+        if len(m):
+            note = f"{len(m)} step(s) logged before status '{rec.status}'; excluded from stats"
+    elif m.empty:
+        note = "no metrics logged"
+    elif isinstance(planned, int) and len(m) < planned:
+        note = f"only {len(m)} of {planned} steps in metrics.jsonl: excluded from throughput stats"
+    elif len(steady) < 2:
+        note = (
+            f"only {len(steady)} steady-state step(s) after dropping {rec.warmup_steps} warm-up: "
+            "excluded from throughput stats"
+        )
+    else:
+        row.update(_step_stats(steady))
+    if rec.status == "ok" and not m.empty:
+        row["loss_last"], row["accuracy_last"] = m["loss"].iloc[-1], m["accuracy"].iloc[-1]
+    row["note"] = note
+    return row

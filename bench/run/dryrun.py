@@ -1,0 +1,89 @@
+"""--dry-run: the planned runs, caches and commands of a sweep or capacity search, printed;
+nothing is written."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from bench.config.sweep import Run, SweepConfig
+from bench.fileio import read_json
+from bench.run import preflight
+from bench.run.capacity_plan import probe_cell, series
+from bench.run.sweepdir import cache_dir_for, is_finished, run_dir
+from bench.trainers import plug_for
+
+__all__ = ["cache_dir_for", "print_capacity_plan", "print_plan"]
+
+
+def _header(cfg: SweepConfig, runs: list[Run]) -> None:
+    print(f"hardware: {', '.join(cfg.hardware)}; order: {cfg.order} (seed {cfg.order_seed}); ", end="")
+    if any(c.precision for c in cfg.cells):
+        print(f"{len(runs)} pilot runs = {len(cfg.cells)} cells x {len(cfg.arms)} arms x precision.min_pairs")
+        for cell in cfg.cells:
+            p = cell.precision
+            if p is not None:
+                print(
+                    f"precision {cell.cell_id}: pairs are added after the pilot of {p.min_pairs} until the 95% CI "
+                    f"of Δ samples/s is ±{p.ci_halfwidth_pct:g} points (Stein's rule), at most {p.max_pairs}"
+                )
+    else:
+        print(f"{len(runs)} runs = {len(cfg.cells)} cells x {len(cfg.arms)} arms x {cfg.repeats} repeats")
+    if cfg.contrasts:
+        print("also compared: " + ", ".join(f"{a} against {r}" for a, r in cfg.contrasts) + " (contrasts)")
+    if cfg.prime_runs:
+        print(
+            f"plus {cfg.prime_runs} discarded priming run(s) per cell and arm before its first measured run "
+            f"({cfg.prime_runs * len(cfg.cells) * len(cfg.arms)} in all, under prime/; again on a resume)"
+        )
+    if cfg.nodes > 1:
+        print(
+            f"{cfg.nodes} nodes per run, started by `{shlex.join(cfg.launcher)}`; rendezvous at "
+            f"{cfg.rdzv_endpoint} (from {cfg.rdzv_from})"
+        )
+
+
+def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_problem: str | None = None) -> None:
+    print(f"sweep {cfg.name} ({cfg.path}) -> {out_dir}   [dry run: nothing is written]")
+    if hardware_problem:
+        print(f"note: a real run would be refused here: {hardware_problem}")
+    _header(cfg, runs)
+    skip = preflight.liger_skip_reason() if any(r.liger for r in runs) else None
+    if skip:
+        print(f"liger runs will be skipped here: {skip}")
+    plug = plug_for(cfg)
+    seen = set()
+    for run in runs:
+        key = run.cell.cache_key()
+        if run.cell.mode == "offline" and key not in seen:
+            seen.add(key)
+            cdir = cache_dir_for(out_dir, run.cell)
+            state = "ready" if (cdir / "meta.json").exists() else "to prepare"
+            print(f"cache {key} ({state}): {shlex.join(plug.prepare_command(cfg, run.cell, cdir))}")
+    for run in runs:
+        rdir = run_dir(out_dir, run)
+        done = read_json(rdir / "run.json") if is_finished(rdir) else None
+        note = f"  [finished: {done.get('status')}]" if done else ""
+        print(f"[{run.order_index + 1:>3}/{len(runs)}] {run.run_id}{note}")
+        print(f"      {shlex.join(plug.train_command(cfg, run, rdir, cache_dir_for(out_dir, run.cell)))}")
+
+
+def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str | None) -> None:
+    """The series, the first probe of each arm and its command."""
+    cap = cfg.capacity
+    assert cap is not None
+    print(f"capacity search {cfg.name} ({cfg.path}) -> {out_dir}   [dry run: nothing is written]")
+    if hardware_problem:
+        print(f"note: a real run would be refused here: {hardware_problem}")
+    print(
+        f"axis {cap.axis}: from {cap.start}, doubling up to {cap.max}, then bisecting to multiples of "
+        f"{cap.granularity}; {cap.steps} steps per probe"
+    )
+    plug = plug_for(cfg)
+    for sid, cell in series(cfg):
+        for arm in cfg.arms:
+            pcell = probe_cell(cfg, cell, cap.start)
+            run = Run(f"{pcell.cell_id}_{arm}_r1", pcell, arm, 1, 0)
+            argv = plug.train_command(cfg, run, run_dir(out_dir, run), cache_dir_for(out_dir, pcell))
+            print(f"{sid} {arm}: first probe {cap.axis}={cap.start}")
+            print(f"      {shlex.join(argv)}")

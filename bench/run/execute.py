@@ -1,0 +1,105 @@
+"""The pieces of one run (put together by ``Session.execute``): ``cell.json``, the compile-cache
+environment, and the VRAM poller around the process tree the plug's command starts."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.config.sweep import Run, SweepConfig
+from bench.fileio import atomic_write_json
+from bench.probe import nodevram, vram
+from bench.procs.launcher import run_process
+
+
+def launch_polled(
+    cfg: SweepConfig, run: Run, rdir: Path, argv: list[str], tick, env: dict
+) -> tuple[int, bool]:
+    """The process tree, with this machine's cards polled around it (multi-node: each node
+    polls its own beside its agent, bench/probe/nodevram.py, gathered here afterwards)."""
+    poller = None
+    multinode = run.cell.nodes > 1
+    if not cfg.polls(run.arm):
+        why = "poll_vram: false" if not cfg.poll_vram else f"arm {run.arm} runs without the poller"
+        atomic_write_json(rdir / "vram.json", {"backend": "none", "status": "disabled", "reason": why})
+    elif not multinode:
+        poller = quietly("VRAM poller", lambda: vram.VramPoller(rdir, interval_s=cfg.poll_interval_s))
+    if poller is not None:
+        quietly("VRAM poller", poller.start)
+    try:
+        result = run_process(
+            argv,
+            rdir / "stdout.log",
+            rdir / "launch.json",
+            run.cell.timeout_s,
+            tick,
+            env,
+            fork=cfg.forks(run.cell),
+        )
+    finally:
+        if poller is not None:
+            quietly("VRAM poller", poller.stop)
+    if multinode and cfg.polls(run.arm):
+        quietly("VRAM gather", lambda: nodevram.gather(rdir, run.cell.nodes))
+    return result
+
+
+def compile_env(compile_dir: Path | None) -> dict[str, str]:
+    """Environment pointing TorchInductor (FX graph, AOTAutograd, autotune) and Triton at the
+    sweep's shared compile cache; empty when the sweep does not share one."""
+    if compile_dir is None:
+        return {}
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(compile_dir / "inductor"),
+        "TRITON_CACHE_DIR": str(compile_dir / "triton"),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    }
+
+
+def cell_record(cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | None) -> dict:
+    """cell.json: what the driver planned for this run (its identity, the cell, the command)."""
+    c = run.cell
+    return {
+        "run_id": run.run_id,
+        "cell_id": c.cell_id,
+        "sweep": cfg.name,
+        "profile": c.profile,
+        "mode": c.mode,
+        "batch_size": c.batch_size,
+        "seq_len": c.seq_len,
+        "accumulation_steps": c.accumulation_steps,
+        "num_anchors": c.num_anchors,
+        "gpus": c.gpus,
+        "nodes": c.nodes,
+        "arm": run.arm,
+        "repeat": run.repeat,
+        "order_index": run.order_index,
+        "steps": c.steps,
+        "warmup_steps": c.warmup_steps,
+        "loss_tolerance": cfg.loss_tolerance,
+        "attention_backend": c.attention_backend,
+        "train_config": c.train_config,
+        "set": c.overrides,
+        "cache_dir": str(cache_dir) if cache_dir is not None else None,
+        "timeout_s": c.timeout_s,
+        "command": argv,
+    }
+
+
+def timed(fn: Callable[[], str]) -> tuple[str, float]:
+    t0 = time.monotonic()
+    line = fn()
+    return line, time.monotonic() - t0
+
+
+def quietly(what: str, fn: Callable[[], Any]) -> Any:
+    """Call fn; a failure of the poller or the progress display must never stop a run."""
+    try:
+        return fn()
+    except Exception as e:
+        print(f"warning: {what} failed: {e!r}", file=sys.stderr)
+        return None

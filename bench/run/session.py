@@ -1,0 +1,158 @@
+"""A Session: everything one invocation's runs share — the config, the output directory, the
+machine, the trainer plug, why Liger arms are skipped here, the prepared caches, the compile
+cache, the progress display, the fork server and the priming done. The three loops (sweep,
+capacity search, profile runs) are thin users of it."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import bench.trainers.outcome as outcome
+from bench.config.sweep import Run, SweepConfig
+from bench.fileio import atomic_write_json
+from bench.procs import forkstart
+from bench.procs.launcher import mark_exit, now
+from bench.run import caches, console, execute, preflight
+from bench.run.sweepdir import cache_dir_for, compile_cache_dir, prime_dir, run_dir, update_sweep_json
+from bench.trainers import TrainerPlug, plug_for
+
+
+@dataclass
+class Session:
+    cfg: SweepConfig
+    out_dir: Path
+    info: dict
+    plug: TrainerPlug
+    skip: str | None = None  # why the Liger arms are recorded as skipped here (None: they run)
+    compile_dir: Path | None = None
+    progress: console.Progress | None = None
+    cache_errors: dict[str, str | None] = field(default_factory=dict)  # cache key -> error or None
+    primed: set[tuple[str, str]] = field(default_factory=set)  # (cell, arm) primed by this invocation
+    server_tried: bool = False
+    order: int = 0  # runs planned on the fly (capacity probes) are numbered in the order they come
+
+    @classmethod
+    def open(cls, cfg: SweepConfig, out_dir: Path, info: dict, liger: bool) -> Session:
+        """A session for runs of ``cfg`` (``liger``: whether any of them runs a Liger arm); the
+        caller gives it a progress display when its runs start."""
+        return cls(
+            cfg=cfg,
+            out_dir=out_dir,
+            info=info,
+            plug=plug_for(cfg),
+            skip=preflight.liger_skip_reason() if liger else None,
+            compile_dir=compile_cache_dir(out_dir, info) if cfg.compile_cache else None,
+        )
+
+    def next_order(self) -> int:
+        self.order += 1
+        return self.order - 1
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+
+    def say(self, line: str) -> None:
+        (self.progress.write if self.progress is not None else print)(line)
+
+    def skipped(self, run: Run) -> bool:
+        return run.liger and self.skip is not None
+
+    def prepare(self, runs: list[Run]) -> None:
+        """Prepare (or verify) once each offline cache these runs need."""
+        wanted = [r for r in runs if not self.skipped(r)]
+        self.cache_errors = caches.prepare_caches(
+            self.cfg, self.plug, self.out_dir, wanted, self.cache_errors
+        )
+
+    def start_server(self) -> None:
+        """Start the warm fork server once, before the first run that launches, when any cell
+        forks its runs; record in sweep.json what it imported and how long that took."""
+        if self.server_tried:
+            return
+        self.server_tried = True
+        cfg = self.cfg
+        preload = self.plug.preload(cfg)
+        if not preload or not any(cfg.forks(c) for c in cfg.cells):
+            return
+        gpus = 0 if cfg.runs_on_cpu else int(self.info.get("gpu_count") or 0)
+        try:
+            ready_s = forkstart.start_server(preload, execute.compile_env(self.compile_dir), gpus)
+        except (OSError, EOFError, ValueError, forkstart.ForkServerUnusable) as e:  # runs start afresh
+            print(
+                f"warning: fork server did not start ({e}); runs start as new interpreters", file=sys.stderr
+            )
+            return
+        if ready_s:
+            self.say(f"fork server ready in {ready_s:.1f}s ({', '.join(preload)} imported once for all runs)")
+            update_sweep_json(self.out_dir, fork_server={"preload": preload, "ready_s": round(ready_s, 2)})
+
+    def run(self, run: Run, rdir: Path | None = None, show: bool = True, prime: bool = True) -> str:
+        """Execute one run (with ``prime``, its priming runs first, the first time its cell and
+        arm run here); ``show``: on the progress display."""
+        if not self.skipped(run):
+            self.start_server()
+            if prime and self.cfg.prime_runs and (run.cell.cell_id, run.arm) not in self.primed:
+                self.primed.add((run.cell.cell_id, run.arm))
+                self._prime(run)
+        progress = self.progress
+        if progress is not None and show:
+            progress.start(run)
+        tick = progress.ticker(run, self.out_dir) if progress is not None and show else None
+        line, seconds = execute.timed(lambda: self.execute(run, tick, rdir))
+        if progress is not None and show:
+            progress.done(run, line, seconds)
+        return line
+
+    def execute(self, run: Run, tick: Callable[[], None] | None = None, rdir: Path | None = None) -> str:
+        """One run in a fresh directory (default its runs/ directory): cell.json, then (unless the
+        arm is skipped here or its cache failed) the polled process tree and the plug's reading-back
+        of what the run left (run.json fixed when the trainer died, hung or never wrote an end
+        status). Returns the run's one-line outcome."""
+        cfg, out_dir = self.cfg, self.out_dir
+        rdir = rdir if rdir is not None else run_dir(out_dir, run)
+        if rdir.exists():
+            shutil.rmtree(rdir)
+        rdir.mkdir(parents=True)
+        cache_dir = cache_dir_for(out_dir, run.cell)
+        argv = self.plug.train_command(cfg, run, rdir, cache_dir)
+        warm = self.compile_dir is not None and any(
+            p.is_file() for p in self.compile_dir.rglob("*")
+        )  # not just empty dirs
+        record = execute.cell_record(cfg, run, argv, cache_dir)
+        record["compile_cache"] = {"dir": str(self.compile_dir) if self.compile_dir else None, "warm": warm}
+        atomic_write_json(rdir / "cell.json", record)
+        if self.skipped(run):
+            return outcome.record(rdir, run, "skipped", self.skip or "")
+        cache_error = self.cache_errors.get(run.cell.cache_key())
+        if cache_error:
+            return outcome.record(rdir, run, "error", cache_error)
+        started = now()
+        rc, timed_out = execute.launch_polled(
+            cfg, run, rdir, argv, tick, execute.compile_env(self.compile_dir)
+        )
+        self.plug.reconcile(rdir, run, rc, timed_out, started)
+        mark_exit(rdir / "launch.json", rc, timed_out)
+        return console.outcome_line(rdir)
+
+    def _prime(self, run: Run) -> None:
+        """Run ``run``'s priming runs under prime/ (not runs/: no table, pair or verdict reads them).
+        They fill the compile and autotune caches, so that no measured run compiles a kernel inside
+        its measured steps; their outcome is printed and kept, and does not stop the sweep."""
+        for p in prime_runs(self.cfg, run):
+            if self.progress is not None:
+                self.progress.start(p)
+            line, seconds = execute.timed(
+                lambda p=p: self.execute(p, None, prime_dir(self.out_dir, p))
+            )
+            self.say(f"{p.run_id}: {line} ({seconds:.0f} s, discarded: it primes the caches)")
+
+
+def prime_runs(cfg: SweepConfig, run: Run) -> list[Run]:
+    """The discarded runs that precede ``run``'s (cell, arm) (sweep key prime_runs)."""
+    stem = f"{run.cell.cell_id}_{run.arm}"
+    return [Run(f"{stem}_prime{i}", run.cell, run.arm, 0, -1) for i in range(1, cfg.prime_runs + 1)]

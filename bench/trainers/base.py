@@ -1,0 +1,48 @@
+"""What a trainer plug is: the part of the suite that knows one kind of trainer.
+
+A plug checks a cell before anything is written, builds the command of one run of one arm,
+prepares the run's inputs, and reads the run's output back into the run records every report
+uses (``run.json`` with a status and reason, ``metrics.jsonl`` with one row per optimizer
+step; docs/run-contract.md). Everything else — pairing, the precision rule, VRAM polling,
+loss parity, timeouts, kill and resume, capacity, reports — is shared and never asks which
+plug ran. A plug is one module in ``bench/trainers/``, registered in its ``__init__``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from bench.config.sweep import Cell, Run, SweepConfig
+
+
+class TrainerPlug(Protocol):
+    name: str
+
+    def missing_packages(self, cfg: SweepConfig) -> list[str]:
+        """Python packages this machine lacks for the plug's trainer (checked before anything is written)."""
+        ...
+
+    def check_cells(self, cfg: SweepConfig, out_dir: Path, cache_dir_for) -> None:
+        """Validate every cell and arm with the trainer itself; SweepError with one line on bad input."""
+        ...
+
+    def preload(self, cfg: SweepConfig) -> list[str]:
+        """Modules a warm fork server imports once for all runs; [] when runs cannot be forked."""
+        ...
+
+    def train_command(self, cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
+        """The whole command line of one run (launcher included), writing into ``rdir``."""
+        ...
+
+    def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
+        """The command that writes a cell's offline cache into ``cache_dir``."""
+        ...
+
+    def cache_problem(self, cfg: SweepConfig, cell: Cell, out_dir: Path, cdir: Path) -> str | None:
+        """Why an existing offline cache cannot be used, or None."""
+        ...
+
+    def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> dict:
+        """Turn what the run left in ``rdir`` into its final run records; returns run.json's content."""
+        ...
