@@ -13,6 +13,7 @@ import yaml
 from bench.__main__ import main
 from bench.config import SweepError, diff_resolved, format_set_value, load_config, plan
 from bench.config.schema import CapacityKeys, CellKeys, PrecisionKeys, SweepKeys
+from bench.trainers import plug_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -313,7 +314,10 @@ def test_shipped_configs(shipped):
         (1.0, 5, 12),
         (1.0, 3, 8),
     ]
-    assert h200.fork_server and h200.preload[:2] == ["specforge.train", "liger_kernel.transformers"]
+    assert h200.fork_server and plug_for(h200).preload(h200)[:2] == [
+        "specforge.train",
+        "liger_kernel.transformers",
+    ]
     assert h200.order == "shuffled"
     assert all(c.num_anchors == 512 for c in h200.cells)
     # The 4B cell is the seeds' method (8 samples per step); the online 8B cell uses 2 micro-batches.

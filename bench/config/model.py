@@ -131,19 +131,6 @@ class SweepConfig:
         """Per cell with a precision target: its ci_halfwidth_pct, min_pairs, max_pairs."""
         return {c.cell_id: vars(c.precision) for c in self.cells if c.precision is not None}
 
-    @property
-    def preload(self) -> list[str]:
-        """What the fork server imports: the trainer's training module (its heavy imports);
-        Liger's, so that both arms fork from the same process image (the baseline never
-        patches); TorchInductor's compiler, which step 1 would otherwise import in every run
-        (1.6 s on a CPU here; it starts no compile workers on import). A CPU sweep skips the
-        last two: it neither runs Liger nor compiles."""
-        if self.trainer_module == "specforge":
-            if self.runs_on_cpu:
-                return ["specforge.train"]
-            return ["specforge.train", "liger_kernel.transformers", "torch._inductor.compile_fx"]
-        return [self.trainer_module]
-
     def forks(self, cell: Cell) -> bool:
         """Whether a cell's runs are forked from the warm server (single-process runs only)."""
         return self.fork_server and cell.gpus == 1 and cell.nodes == 1

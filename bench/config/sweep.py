@@ -56,7 +56,6 @@ __all__ = [
     "Run",
     "SweepConfig",
     "SweepError",
-    "_cell_id",
     "cell_id_for",
     "diff_resolved",
     "format_set_value",
@@ -66,7 +65,6 @@ __all__ = [
     "round_runs",
     "validate",
 ]
-_cell_id = cell_id_for  # bench/run/capacity.py's name for it, until it imports cell_id_for
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.config.sweep import Capacity, Cell, SweepConfig, _cell_id
+from bench.config import Capacity, Cell, SweepConfig, cell_id_for
 
 
 def next_value(history: dict[int, str], cap: Capacity) -> int | None:
@@ -38,7 +38,7 @@ def probe_cell(cfg: SweepConfig, cell: Cell, value: int) -> Cell:
     cap = cfg.capacity
     assert cap is not None
     probed = replace(cell, **{cap.axis: value}, steps=cap.steps, warmup_steps=1)
-    return replace(probed, cell_id=_cell_id(probed, None))
+    return replace(probed, cell_id=cell_id_for(probed, None))
 
 
 def series(cfg: SweepConfig) -> list[tuple[str, Cell]]:

@@ -146,9 +146,7 @@ class Session:
         for p in prime_runs(self.cfg, run):
             if self.progress is not None:
                 self.progress.start(p)
-            line, seconds = execute.timed(
-                lambda p=p: self.execute(p, None, prime_dir(self.out_dir, p))
-            )
+            line, seconds = execute.timed(lambda p=p: self.execute(p, None, prime_dir(self.out_dir, p)))
             self.say(f"{p.run_id}: {line} ({seconds:.0f} s, discarded: it primes the caches)")
 
 
