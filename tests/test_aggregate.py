@@ -457,3 +457,22 @@ def test_a_name_that_is_no_run_id_parses_to_nothing():
     from bench.results.records import parse_run_id
 
     assert parse_run_id("baseline_r") is None and parse_run_id("r3") is None and parse_run_id("x_r3") is None
+
+
+def test_time_saved_per_step_and_per_sample_is_paired_and_in_milliseconds():
+    """Reference minus arm, per pair: 0.9 s/step against 0.8 s/step saves 100 ms a step."""
+    import pandas as pd
+
+    from bench.results.deltas import savings_ms
+
+    base = pd.DataFrame(
+        {"repeat": [1, 2, 3], "s_per_step_mean": [0.90, 0.92, 0.91], "samples_per_s": [8.0, 8.0, 8.0]}
+    )
+    arm = pd.DataFrame(
+        {"repeat": [1, 2, 3], "s_per_step_mean": [0.80, 0.80, 0.82], "samples_per_s": [10.0, 10.0, 10.0]}
+    )
+    per_step, per_sample = savings_ms(base, arm)
+    assert per_step.n == 3 and per_step.per_pair == pytest.approx([100.0, 120.0, 90.0])
+    assert per_step.pct == pytest.approx(103.333, abs=1e-3) and per_step.lo < per_step.pct < per_step.hi
+    assert per_sample.pct == pytest.approx(1000 / 8 - 1000 / 10)  # 25 ms a sample
+    assert per_sample.lo == pytest.approx(per_sample.hi)  # no spread between pairs

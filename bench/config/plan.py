@@ -39,7 +39,7 @@ def plan_rounds(cfg: SweepConfig, rounds: dict[str, int]) -> list[Run]:
 
 def plan(cfg: SweepConfig) -> list[Run]:
     """The runs every sweep of this config makes: ``repeats`` pairs per cell, or Stein's pilot
-    (``precision.min_pairs``) when a precision target adds pairs after it (bench/driver.py)."""
+    (``precision.min_pairs``) when a precision target adds pairs after it (bench/run/sweep.py)."""
     return plan_rounds(cfg, {c.cell_id: cfg.pilot_pairs(c) for c in cfg.cells})
 
 

@@ -66,6 +66,8 @@ SUMMARY_COLUMNS = [
     "precision_target_pct", "pairs_planned", "pairs_wanted", "hit_pair_cap",
     "delta_peak_vram_gib", "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high",
     "delta_peak_vram_pct", "delta_torch_peak_allocated_gib",
+    "saved_ms_per_step", "saved_ms_per_step_ci95_low", "saved_ms_per_step_ci95_high",
+    "saved_ms_per_sample", "saved_ms_per_sample_ci95_low", "saved_ms_per_sample_ci95_high",
     "verdict_speed", "verdict_memory", "loss_parity", "ci_method", *SUMMARY_PROVENANCE_COLUMNS,
 ]  # fmt: skip
 

@@ -31,6 +31,19 @@ def log_ratios(base_ok: pd.DataFrame, ok: pd.DataFrame) -> pd.Series:
     return lr[np.isfinite(lr)].sort_index()
 
 
+def savings_ms(base_ok: pd.DataFrame, ok: pd.DataFrame) -> tuple[stats.Delta, stats.Delta]:
+    """Per pair, the time the arm saves against the reference (reference minus arm, in ms; > 0:
+    the arm is faster): per optimizer step (mean steady step time) and per sample (1/samples/s)."""
+
+    def paired(col: str, ms) -> stats.Delta:
+        b, o = _by_repeat(base_ok, col).astype(float), _by_repeat(ok, col).astype(float)
+        common = b.index.intersection(o.index)
+        with np.errstate(divide="ignore"):
+            return stats.paired_abs_delta(list(ms(o[common])), list(ms(b[common])))
+
+    return paired("s_per_step_mean", lambda s: 1e3 * s), paired("samples_per_s", lambda r: 1e3 / r)
+
+
 def _pilot_decision(lr: pd.Series, target: dict) -> stats.SteinDecision:
     pilot = lr[lr.index <= target["min_pairs"]]
     return stats.stein_pairs(
@@ -124,11 +137,6 @@ def delta_columns(
         sps = stats.welch_log_delta(
             list(base_ok["samples_per_s"].dropna()), list(ok["samples_per_s"].dropna())
         )
-    b_vram, o_vram = _by_repeat(base_ok, "peak_vram_gib"), _by_repeat(ok, "peak_vram_gib")
-    common = b_vram.index.intersection(o_vram.index)
-    vram = stats.paired_abs_delta(list(b_vram[common]), list(o_vram[common]))
-    base_vram = base_ok["peak_vram_gib"].mean()
-    band_gib = equivalence_pct / 100 * base_vram if base_vram > 0 else 0.0
     row.update(
         {
             "n_pairs": sps.n,
@@ -137,21 +145,13 @@ def delta_columns(
             "delta_samples_per_s_pct_ci95_high": sps.hi,
             "delta_samples_per_s_halfwidth_pct": sps.halfwidth,
             "delta_samples_per_s_pct_per_pair": " ".join(f"{v:+.2f}" for v in sps.per_pair) or None,
-            "delta_peak_vram_gib": vram.pct,
-            "delta_peak_vram_gib_ci95_low": vram.lo,
-            "delta_peak_vram_gib_ci95_high": vram.hi,
-            "delta_peak_vram_pct": 100 * vram.pct / base_vram if base_vram > 0 else NAN,
-            "delta_torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean()
-            - base_ok["torch_peak_allocated_gib"].mean(),
             "verdict_speed": stats.speed_verdict(sps, min_pairs, equivalence_pct)
             if not math.isnan(sps.pct)
             else "n/a (no throughput data)",
-            "verdict_memory": stats.memory_verdict(vram, min_pairs, band_gib)
-            if not math.isnan(vram.pct)
-            else "n/a (no VRAM data)",
             "ci_method": sps.method,
         }
     )
+    row.update(_memory_and_time(base_ok, ok, min_pairs, equivalence_pct))
     if arm == AA and not math.isnan(sps.lo):  # the baseline against itself: a check, not a finding
         ok_aa = sps.lo <= 0 <= sps.hi
         row["verdict_speed"] = (
@@ -160,3 +160,32 @@ def delta_columns(
             else "A/A check FAILED: CI excludes 0 (a false positive: the suite's noise is underestimated)"
         )
     return row
+
+
+def _memory_and_time(
+    base_ok: pd.DataFrame, ok: pd.DataFrame, min_pairs: int, equivalence_pct: float
+) -> dict[str, Any]:
+    """Δ peak VRAM (paired, GiB and %), its verdict, and the time saved per step and per sample."""
+    b_vram, o_vram = _by_repeat(base_ok, "peak_vram_gib"), _by_repeat(ok, "peak_vram_gib")
+    common = b_vram.index.intersection(o_vram.index)
+    vram = stats.paired_abs_delta(list(b_vram[common]), list(o_vram[common]))
+    per_step, per_sample = savings_ms(base_ok, ok)
+    base_vram = base_ok["peak_vram_gib"].mean()
+    band_gib = equivalence_pct / 100 * base_vram if base_vram > 0 else 0.0
+    return {
+        "delta_peak_vram_gib": vram.pct,
+        "delta_peak_vram_gib_ci95_low": vram.lo,
+        "delta_peak_vram_gib_ci95_high": vram.hi,
+        "delta_peak_vram_pct": 100 * vram.pct / base_vram if base_vram > 0 else NAN,
+        "delta_torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean()
+        - base_ok["torch_peak_allocated_gib"].mean(),
+        "saved_ms_per_step": per_step.pct,
+        "saved_ms_per_step_ci95_low": per_step.lo,
+        "saved_ms_per_step_ci95_high": per_step.hi,
+        "saved_ms_per_sample": per_sample.pct,
+        "saved_ms_per_sample_ci95_low": per_sample.lo,
+        "saved_ms_per_sample_ci95_high": per_sample.hi,
+        "verdict_memory": stats.memory_verdict(vram, min_pairs, band_gib)
+        if not math.isnan(vram.pct)
+        else "n/a (no VRAM data)",
+    }

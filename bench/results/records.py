@@ -124,7 +124,7 @@ def load_runs(sweep_dir: str | Path) -> list[RunRecord]:
 
 def vram_devices(vram: dict | None) -> pd.DataFrame:
     """Per-card rows of a vram.json (node, card_index, card_name, total/baseline/peak/delta GiB);
-    node is 0 on a single node, a multi-node run's gathered cards carry theirs (bench/nodevram.py)."""
+    node is 0 on a single node, a multi-node run's gathered cards carry theirs (bench/probe/nodevram.py)."""
     cols = VRAM_PER_CARD_COLUMNS[VRAM_PER_CARD_COLUMNS.index("node") :]
     devices = (vram or {}).get("devices") or []
     rows = [
