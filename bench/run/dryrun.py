@@ -13,8 +13,6 @@ from bench.run.capacity_plan import probe_cell, series
 from bench.run.sweepdir import cache_dir_for, is_finished, run_dir
 from bench.trainers import plug_for
 
-__all__ = ["cache_dir_for", "print_capacity_plan", "print_plan"]
-
 
 def _header(cfg: SweepConfig, runs: list[Run]) -> None:
     print(f"hardware: {', '.join(cfg.hardware)}; order: {cfg.order} (seed {cfg.order_seed}); ", end="")

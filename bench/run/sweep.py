@@ -21,10 +21,12 @@ from bench.errors import SweepError
 from bench.probe import vram
 from bench.procs.launcher import reap_stale
 from bench.results import aggregate
+from bench.run import capacity as search  # the capacity loop, a user of the same Session
 from bench.run import console, dryrun, preflight
 from bench.run.execute import quietly
 from bench.run.session import Session
 from bench.run.sweepdir import (
+    cache_dir_for,
     check_out_dir,
     check_out_path,
     clear_results,
@@ -65,7 +67,7 @@ def run_sweep(
     runs = plan(cfg) if not capacity else []
     plug = plug_for(cfg)
     preflight.check_imports(plug.missing_packages(cfg))
-    plug.check_cells(cfg, out_dir, dryrun.cache_dir_for)
+    plug.check_cells(cfg, out_dir, cache_dir_for)
     info = preflight.detect()
     problem = preflight.hardware_problem(cfg, info)
     if dry_run:
@@ -98,8 +100,6 @@ def _locked(cfg, runs, out_dir: Path, info: dict, previous, argv, force: bool, c
             if warning:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
         if capacity:
-            from bench.run import capacity as search  # the capacity loop, a user of the same session
-
             return search.search(cfg, out_dir, info)
         return execute_sweep(cfg, runs, out_dir, info)
     finally:
