@@ -109,25 +109,17 @@ _FIXED_KEYS = {
 
 
 def _driver_keys() -> Mapping[str, str]:
-    """The fixed keys, and every key an arm sets (with the arms that set it in the hint). The
-    RMSNorm / SwiGLU choices also name ``liger``, the arm that takes both."""
+    """The fixed keys, and every key an arm sets, with the arms that set it in the hint. The
+    RMSNorm / SwiGLU choices (on by default with Liger) name the arms that turn one of them off
+    and ``liger``, which takes both."""
+    default_on = {k for k, (_, on) in LIGER_KERNEL_KEYS.items() if on}
+    kernel_choosers = [a.name for a in ARMS.values() if default_on & set(a.sets)] + ["liger"]
     keys = dict(_FIXED_KEYS)
-    for key in dict.fromkeys(k for arm in ARMS.values() for k in arm.sets):
+    for key in dict.fromkeys(k for a in ARMS.values() for k in a.sets):
         owners = [a.name for a in ARMS.values() if key in a.sets and key not in a.cell_may_set]
         if owners:
-            both = LIGER_KERNEL_KEYS.get(key, ("", False))[1]  # on by default: part of the liger arm
-            family = [
-                a.name
-                for a in ARMS.values()
-                if {k for k in a.sets if LIGER_KERNEL_KEYS.get(k, ("", False))[1]}
-            ]
-            names = [*family, "liger"] if both else owners
-            keys[key] = f"use arms ({', '.join(names)})"
+            keys[key] = f"use arms ({', '.join(kernel_choosers if key in default_on else owners)})"
     return MappingProxyType(keys)
 
 
 DRIVER_KEYS = _driver_keys()
-
-
-def arm(name: str) -> Arm:
-    return ARMS[name]

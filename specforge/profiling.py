@@ -134,15 +134,11 @@ def events(prof, device_type: str) -> list[tuple[str, float]]:
     return [(n, t) for n, t in out if t > 0]
 
 
-def profile_record(events: list[tuple[str, float]], steps: list[int], device, liger: bool) -> dict:
-    """profile.json's content (rank 0): the profiled steps' time per bucket and the top kernels or ops."""
-    gpu = device.type == "cuda"
+def profile_record(events: list[tuple[str, float]], steps: list[int], device_name: str, liger: bool) -> dict:
+    """profile.json's content (rank 0): the profiled steps' time per bucket and the top kernels or ops
+    (``device_name`` "cpu" on the CPU, else the GPU's name)."""
+    gpu = device_name != "cpu"
     record = summarize(events, steps, "cuda" if gpu else "cpu", GPU_TIME if gpu else CPU_TIME)
-    if gpu:
-        import torch
-
-        record["device_name"] = torch.cuda.get_device_name(device)
-    else:
-        record["device_name"] = "cpu"
+    record["device_name"] = device_name
     record["arm"] = "liger" if liger else "baseline"
     return record

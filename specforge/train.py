@@ -439,8 +439,10 @@ def _train(
         if (step + 1) % tr.log_every == 0 or step + 1 == tr.steps:
             log(_step_line(row, tr.steps), flush=True)
     if tr.profile_steps:
+        gpu = env.device.type == "cuda"
+        name = torch.cuda.get_device_name(env.device) if gpu else "cpu"
         record = profiling.profile_record(
-            profile_events, sorted(tr.profile_steps), env.device, cfg.model.use_liger_kernel
+            profile_events, sorted(tr.profile_steps), name, cfg.model.use_liger_kernel
         )
         if files.enabled:
             write_json_atomic(files.dir / "profile.json", record)

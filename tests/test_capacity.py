@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from bench.__main__ import main
-from bench.config.sweep import Capacity, SweepError, load_config
+from bench.config import Capacity, SweepError, load_config
 from bench.fileio import read_json
 from bench.results import report
 from bench.results.capacity import capacity_table

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from bench.__main__ import main
-from bench.config.sweep import load_config, plan
+from bench.config import load_config, plan
 from bench.fileio import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from bench.probe import hardware, vram
 from bench.procs import launcher

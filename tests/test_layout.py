@@ -152,24 +152,3 @@ def test_modules_are_small_and_say_their_job(mod):
         and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"{path.relative_to(REPO)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
-
-
-def test_driver_keys_are_derived_from_the_arms_as_they_were_listed_by_hand():
-    """The keys a cell may not set, and each hint, as the hand-written table had them."""
-    from bench.arms import DRIVER_KEYS
-
-    assert dict(DRIVER_KEYS) == {
-        "profile": "use another training config",
-        "mode": "use another training config",
-        "data.seq_len": "use the cell's seq_len",
-        "data.cache_dir": "the driver prepares the cache",
-        "training.steps": "use steps",
-        "training.batch_size": "use the cell's batch_size",
-        "model.use_liger_kernel": "use arms",
-        "model.liger_rms_norm": "use arms (rmsnorm, swiglu, liger)",
-        "model.liger_swiglu": "use arms (rmsnorm, swiglu, liger)",
-        "model.compile_layers": "use arms (compile, liger_compile)",
-        "model.liger_fused_linear_ce": "use arms (liger_flce)",
-        "training.fused_adamw": "use arms (adamw_foreach)",
-        "training.profile_steps": "profiled steps are not for timing; use python -m bench kernels --profile",
-    }

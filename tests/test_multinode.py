@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from bench.config.sweep import SweepError, diff_resolved, load_config, plan
+from bench.config import SweepError, diff_resolved, load_config, plan
 from bench.fileio import read_json, read_jsonl
 from bench.probe import nodevram
 from bench.results import plots

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.config.sweep import SweepError, load_config, plan
+from bench.config import SweepError, load_config, plan
 from bench.fileio import read_json, read_jsonl
 from bench.results import stats
 from bench.run import execute, sweepdir

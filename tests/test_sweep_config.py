@@ -419,3 +419,17 @@ def test_every_key_has_a_one_line_doc(section):
     for f in dataclasses.fields(section):
         doc = f.metadata["doc"]
         assert doc.strip() and "\n" not in doc, f"{section.__name__}.{f.name}"
+
+
+def test_the_keys_arms_set_are_refused_in_a_cell_with_the_arms_that_set_them():
+    """Derived from bench/arms.py, as the hand-written table had them (sdpa's key stays a cell's)."""
+    from bench.arms import DRIVER_KEYS
+
+    derived = {k: v for k, v in DRIVER_KEYS.items() if v.startswith("use arms (")}
+    assert derived == {
+        "model.liger_rms_norm": "use arms (rmsnorm, swiglu, liger)",
+        "model.liger_swiglu": "use arms (rmsnorm, swiglu, liger)",
+        "model.compile_layers": "use arms (compile, liger_compile)",
+        "model.liger_fused_linear_ce": "use arms (liger_flce)",
+        "training.fused_adamw": "use arms (adamw_foreach)",
+    }

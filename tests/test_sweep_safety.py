@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from bench.config.sweep import Run, load_config
+from bench.config import Run, load_config
 from bench.fileio import read_json
 from bench.trainers.embedded import EMBEDDED
 from tests.test_driver import fakes, snapshot, sweep_file, train_configs  # noqa: F401

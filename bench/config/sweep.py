@@ -27,16 +27,13 @@ import yaml
 
 import bench.config.typed as typed
 from bench.arms import ARMS, DRIVER_KEYS
-from bench.config.model import Capacity, Cell, Precision, Run, SweepConfig, cell_id_for
-from bench.config.plan import diff_resolved, format_set_value, plan, plan_rounds, round_runs
+from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for
 from bench.config.schema import (
-    CPU_MAX_PROCS,
     MAX_CAPACITY,
     MAX_PAIRS,
     MAX_POLL_INTERVAL_S,
     MAX_PRIME_RUNS,
     MODES,
-    ORDERS,
     CapacityKeys,
     CellKeys,
     PrecisionKeys,
@@ -44,27 +41,6 @@ from bench.config.schema import (
 )
 from bench.config.typed import Fail
 from bench.errors import SweepError
-
-# What other modules import from here (the package, bench.config, is the place to import from).
-__all__ = [
-    "CPU_MAX_PROCS",
-    "MODES",
-    "ORDERS",
-    "Capacity",
-    "Cell",
-    "Precision",
-    "Run",
-    "SweepConfig",
-    "SweepError",
-    "cell_id_for",
-    "diff_resolved",
-    "format_set_value",
-    "load_config",
-    "plan",
-    "plan_rounds",
-    "round_runs",
-    "validate",
-]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")

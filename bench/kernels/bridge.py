@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.config.sweep import Cell, Run, SweepConfig, format_set_value, load_config
+from bench.config import Cell, Run, SweepConfig, format_set_value, load_config
 from bench.errors import SweepError
 
 __all__ = [

@@ -7,7 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.config.sweep import Run, SweepConfig
+from bench.config import Run, SweepConfig
 from bench.procs.launcher import exit_text, log_lines, mark_exit, run_process
 from bench.run.sweepdir import cache_dir_for
 from bench.trainers import TrainerPlug

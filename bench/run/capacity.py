@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from bench.arms import ARMS
-from bench.config.sweep import Run, SweepConfig
+from bench.config import Run, SweepConfig
 from bench.fileio import read_json
 from bench.run import console
 from bench.run.capacity_plan import next_value, probe_cell, series

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.config.sweep import Run
+from bench.config import Run
 from bench.fileio import read_json, read_jsonl
 from bench.results import report as report_builder
 from bench.run.sweepdir import run_dir

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from bench.config.sweep import Run, SweepConfig
+from bench.config import Run, SweepConfig
 from bench.fileio import read_json
 from bench.run import preflight
 from bench.run.capacity_plan import probe_cell, series

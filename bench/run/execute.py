@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.config.sweep import Run, SweepConfig
+from bench.config import Run, SweepConfig
 from bench.fileio import atomic_write_json
 from bench.probe import nodevram, vram
 from bench.procs.launcher import run_process

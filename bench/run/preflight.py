@@ -8,7 +8,7 @@ import importlib.util
 import shutil
 import sys
 
-from bench.config.sweep import CPU_MAX_PROCS, SweepConfig
+from bench.config import CPU_MAX_PROCS, SweepConfig
 from bench.errors import SweepError
 from bench.probe import hardware
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import bench.trainers.outcome as outcome
-from bench.config.sweep import Run, SweepConfig
+from bench.config import Run, SweepConfig
 from bench.fileio import atomic_write_json
 from bench.procs import forkstart
 from bench.procs.launcher import mark_exit, now

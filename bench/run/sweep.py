@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.config.sweep import Run, SweepConfig, load_config, plan, plan_rounds
+from bench.config import Run, SweepConfig, load_config, plan, plan_rounds
 from bench.errors import SweepError
 from bench.probe import vram
 from bench.procs.launcher import reap_stale

@@ -14,7 +14,7 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.config.sweep import Cell, Run, SweepConfig, SweepError, diff_resolved
+from bench.config import Cell, Run, SweepConfig, SweepError, diff_resolved
 from bench.fileio import atomic_write_json, read_json
 from bench.trainers.outcome import TERMINAL
 

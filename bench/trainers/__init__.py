@@ -3,7 +3,7 @@ sweep names; today every sweep runs a run-contract trainer, ``specforge`` (ours)
 
 from __future__ import annotations
 
-from bench.config.sweep import SweepConfig
+from bench.config import SweepConfig
 from bench.trainers.base import TrainerPlug
 from bench.trainers.contract import ContractPlug
 from bench.trainers.embedded import EMBEDDED

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from bench.config.sweep import Cell, Run, SweepConfig
+from bench.config import Cell, Run, SweepConfig
 
 
 class TrainerPlug(Protocol):

@@ -14,7 +14,7 @@ from typing import Any
 
 import bench.trainers.outcome as outcome
 from bench.arms import ARMS
-from bench.config.sweep import Cell, Run, SweepConfig
+from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
 from bench.fileio import atomic_write_json, read_json
 from bench.procs.launcher import exit_text, now

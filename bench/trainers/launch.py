@@ -8,19 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.config.sweep import Run, SweepConfig, format_set_value
+from bench.config import Run, SweepConfig, format_set_value
 
 
-def module_launcher(
-    cfg: SweepConfig, run: Run, rdir: Path, module: str, python: str | None = None
-) -> list[str]:
+def module_launcher(cfg: SweepConfig, run: Run, rdir: Path, module: str) -> list[str]:
     """The command up to the trainer's arguments: ``python -m <module>`` for one process,
     ``torchrun --standalone`` for one node's GPUs; for several nodes the config's launcher
     (which starts the rest once per node), then bench.probe.nodevram polling each node's cards
     into the run directory (when the arm is polled), then a torchrun agent that meets the other
-    nodes' at the c10d rendezvous. ``python``: the trainer's interpreter (default: this one)."""
+    nodes' at the c10d rendezvous."""
     cell = run.cell
-    python = python or sys.executable
+    python = sys.executable  # the driver's interpreter runs the trainer
     if cell.gpus == 1 and cell.nodes == 1:
         return [python, "-m", module]
     torchrun = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(cell.gpus)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bench.config.sweep import Run
+from bench.config import Run
 from bench.fileio import atomic_write_json, read_jsonl, read_jsonl_counted
 from bench.procs.launcher import exit_text, log_lines, now
 
