@@ -337,7 +337,7 @@ def test_the_loss_site_times_the_trainers_two_losses(monkeypatch):
     objective.liger_linear_ce (a stand-in for Liger's kernel on the CPU): same loss, same gradient."""
     import torch
 
-    from bench.config.sweep import load_config
+    from bench.config import load_config
     from bench.kernels import modules, shapes
     from specforge import liger
 

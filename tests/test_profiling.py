@@ -120,8 +120,8 @@ def test_profiled_training_run_writes_profile_json(tmp_path, capsys):
 
 
 def test_profile_command_is_the_sweeps_with_the_steps_set_last(tmp_path):
-    from bench.config.sweep import Run
-    from bench.config.sweep import load_config as load_sweep
+    from bench.config import Run
+    from bench.config import load_config as load_sweep
 
     cfg = load_sweep(CONFIGS / "cpu.yaml")
     cell = cfg.cells[0]
