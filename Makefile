@@ -69,7 +69,13 @@ SWEEP_FLAGS ?= --resume
 OUT ?=
 SWEEP = $(RUN_ENV)$(PYTHON) -m bench sweep
 
-.PHONY: install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv
+# Upstream SpecForge (PyPI `specforge`) in an environment of its own, for the tests and for trying
+# the SpecForge plug here: make specforge-env, then point the sweep at $(SPECFORGE_VENV)/bin/python.
+SPECFORGE_VENV ?= .venv-specforge
+SPECFORGE_VERSION ?= 0.2.0
+SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
+
+.PHONY: install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env
 
 install: $(STAMP)
 
@@ -119,4 +125,20 @@ compare: $(INSTALL)
 	$(PYTHON) -m bench compare $(A) $(B) $(if $(OUT),--out $(OUT))
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(SPECFORGE_VENV)
+
+specforge-env: $(SPECFORGE_STAMP)
+
+# The .pth file puts $(PYTHON)'s site-packages (our venv's: torch, transformers, liger-kernel,
+# triton) after the new venv's own, so the environment reuses them instead of downloading another
+# torch (a build of 10-25 s instead of gigabytes; upstream pins torch==2.11.0, which the CPU runs here
+# do not need). A .pth line only adds a folder to sys.path: the .pth files inside that folder (our
+# editable install's) are not run, so the new environment cannot import our `bench` or `specforge`.
+# specforge is installed without its dependencies (sglang, wandb, datasets, ... and that torch pin):
+# the second line adds what its training CLI imports (no warning about the ones left out).
+$(SPECFORGE_STAMP): | $(INSTALL)
+	@test -x $(SPECFORGE_VENV)/bin/python || $(PYTHON) -m venv --system-site-packages $(SPECFORGE_VENV)
+	$(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$$($(SPECFORGE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-bench-venv.pth"
+	$(SPECFORGE_VENV)/bin/pip install -q --no-deps 'specforge==$(SPECFORGE_VERSION)' yunchang
+	$(SPECFORGE_VENV)/bin/pip install -q --no-warn-conflicts pydantic accelerate safetensors pyyaml tokenizers
+	@touch $@

@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from bench.trainers.isolation import embedded_env
+
+        # Every process the driver starts finds our trainer (not installed into site-packages)
+        # from any working directory; the user's SpecForge runs without it (isolated_env).
+        os.environ.update(embedded_env(os.environ))
         if args.command in ("sweep", "capacity"):
             from bench.run.sweep import run_sweep
 

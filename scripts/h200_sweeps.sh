@@ -19,6 +19,8 @@
 #   scaling   configs/h200x2-scaling.yaml (1 and 2 GPUs: the nvidia-h200-x2 machine)
 #   twonode   configs/h200x2-2node.yaml (two 1-GPU "nodes" on localhost: the x2 machine)
 #   x8        configs/h200x8.yaml (1, 2, 4, 8 GPUs: an 8-GPU machine)
+#   specforge configs/h200-specforge.yaml: our trainer and the real SpecForge CLI (PyPI 0.2.0,
+#             its wheels in .whl/sf/, installed into their own folder: the "user's environment")
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
 # STAGE:N caps that stage at N seconds (e.g. `options:300 optkernels`).
 # A stage stops cleanly at the deadline (SIGINT: the run in flight is dropped and redone on
@@ -37,7 +39,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-specforge h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -62,6 +64,13 @@ profile() {  # one warm 4B baseline run under cProfile, the sweep's caches
   python3 -c "import pstats; p = pstats.Stats('/tmp/prof.out'); p.sort_stats('cumulative').print_stats(70); p.sort_stats('tottime').print_stats(30)" > $OUT/profile.txt
   cat /tmp/prof/run.json | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin).get('startup'), indent=1))"
 }
+sfenv() {  # the user's SpecForge environment: upstream's wheels in a folder of their own, python3's torch
+  [ -x /tmp/sfenv/python ] && return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/sfsite .whl/sf/*.whl || return 1
+  mkdir -p /tmp/sfenv
+  printf '#!/bin/sh\nPYTHONPATH=/tmp/sfsite${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n' >/tmp/sfenv/python
+  chmod +x /tmp/sfenv/python
+}
 export W OUT
 export -f profile
 for spec in $stages; do
@@ -81,6 +90,7 @@ for spec in $stages; do
     twonode) run_stage h200x2-2node python3 -m bench sweep configs/h200x2-2node.yaml --out $W/h200x2-2node --resume ;;
     scaling) run_stage h200x2-scaling python3 -m bench sweep configs/h200x2-scaling.yaml --out $W/h200x2-scaling --resume ;;
     x8) run_stage h200x8 python3 -m bench sweep configs/h200x8.yaml --out $W/h200x8 --resume ;;
+    specforge) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge python3 -m bench sweep configs/h200-specforge.yaml --out $W/h200-specforge --resume ;;
     profile) run_stage profile bash -c profile ;;
     *) echo "unknown stage $stage" ;;
   esac

@@ -44,8 +44,10 @@ def write_run(
     vram: dict | None = None,
     tolerance: float = 0.01,
     torn: bool = False,
+    trainer: str | None = None,
 ) -> Path:
-    """One run directory; status None leaves run.json out, times None leaves metrics.jsonl out."""
+    """One run directory; status None leaves run.json out, times None leaves metrics.jsonl out,
+    trainer None leaves cell.json's "trainer" out (as the driver wrote it before a second plug)."""
     run_id = f"{cell_id}_{arm}_r{repeat}"
     d = sweep / "runs" / run_id
     d.mkdir(parents=True)
@@ -55,6 +57,8 @@ def write_run(
         "repeat": repeat, "order_index": 2 * repeat + (arm != "baseline"), "steps": len(times or []),
         "warmup_steps": warmup, "loss_tolerance": tolerance,
     }  # fmt: skip
+    if trainer is not None:
+        cell["trainer"] = trainer
     (d / "cell.json").write_text(json.dumps(cell))
     if status is not None:
         prov = {"hostname": "h", "gpu_names": [], "gpu_count": 0, "torch": "2.13.0", "git_commit": "abc"}

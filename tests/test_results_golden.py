@@ -29,6 +29,7 @@ COMPARED = [
     "contrasts.csv",
     "scaling.csv",
     "capacity.csv",
+    "trainers.csv",
     "report.md",
 ]
 PLOTTERS = [

@@ -59,12 +59,22 @@ class Cell:
     attention_backend: str | None
     config_sha256: str  # of the training config file
     precision: Precision | None = None  # None: a fixed number of repeats
+    trainer: str = "embedded"  # the plug that runs it: embedded | specforge-cli (bench/config/upstream.py)
+    inputs: str = "prepared"  # offline: the plug prepares its cache; "user": the config names its own data
 
     def cache_key(self) -> str:
-        """Offline caches are shared by the cells (arms, batch sizes, repeats) with the same training
-        config, seq_len and `set` overrides: everything `prepare` is given."""
-        blob = json.dumps([self.config_sha256, self.seq_len, self.overrides], sort_keys=True, default=str)
-        return f"{slug(self.profile)}_s{self.seq_len}_{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
+        """Offline caches are shared by the cells (arms, batch sizes, repeats) with the same trainer,
+        training config, seq_len and `set` overrides: everything `prepare` is given."""
+        parts = [self.config_sha256, self.seq_len, self.overrides]
+        parts += [] if self.trainer == "embedded" else [self.trainer]
+        digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        tail = "" if self.trainer == "embedded" else f"_{self.trainer}"
+        return f"{slug(self.profile)}_s{self.seq_len}_{digest}{tail}"
+
+    @property
+    def prepared(self) -> bool:
+        """Whether its runs read an offline cache the sweep prepares (cache/<key>/)."""
+        return self.mode == "offline" and self.inputs == "prepared"
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,7 @@ class SweepConfig:
     hardware: tuple[str, ...]
     out: str
     trainer_module: str
+    trainer_python: str | None  # specforge-cli cells: the user's interpreter (None: found at check time)
     arms: tuple[str, ...]
     contrasts: tuple[tuple[str, str], ...]  # (arm, reference): arm-vs-arm comparisons
     repeats: int
@@ -133,7 +144,7 @@ class SweepConfig:
 
     def forks(self, cell: Cell) -> bool:
         """Whether a cell's runs are forked from the warm server (single-process runs only)."""
-        return self.fork_server and cell.gpus == 1 and cell.nodes == 1
+        return self.fork_server and cell.gpus == 1 and cell.nodes == 1 and cell.trainer == "embedded"
 
     def pilot_pairs(self, cell: Cell) -> int:
         """Pairs every cell runs before any decision: the fixed repeats, or Stein's pilot."""
@@ -141,12 +152,15 @@ class SweepConfig:
 
 
 def cell_id_for(cell: Cell, label: str | None) -> str:
-    """`<profile>_<mode>_bs<batch>_s<seq_len>`, plus `_g<gpus>`, `_n<nodes>` and `_<label>` when set."""
+    """`<profile>_<mode>_bs<batch>_s<seq_len>`, plus `_g<gpus>`, `_n<nodes>`, `_<trainer>` (other
+    than the embedded one) and `_<label>` when set."""
     cell_id = f"{slug(cell.profile)}_{cell.mode}_bs{cell.batch_size}_s{cell.seq_len}"
     if cell.gpus > 1:
         cell_id += f"_g{cell.gpus}"
     if cell.nodes > 1:
         cell_id += f"_n{cell.nodes}"
+    if cell.trainer != "embedded":
+        cell_id += f"_{cell.trainer}"
     return f"{cell_id}_{label}" if label else cell_id
 
 

@@ -25,6 +25,7 @@ from bench.config.kinds import (
     Sets,
 )
 from bench.config.typed import key
+from bench.config.upstream import TRAINERS
 
 ORDERS = ("interleaved", "shuffled")
 MODES = ("offline", "online")
@@ -73,6 +74,7 @@ class CellKeys:
     batch_size: Ints = key(ge=1, doc="the batch sizes of the grid")
     seq_len: Ints = key(ge=1, doc="the sequence lengths of the grid")
     set: Sets = key({}, doc="training config overrides (dotted keys to scalars), not the driver's own keys")
+    trainer: str | None = key(None, choices=TRAINERS, doc="the sweep's trainer, for this entry")
     label: str | None = key(None, doc="appended to the cell ids (letters, digits, '.', '_', '-')")
     steps: int | None = key(None, ge=1, doc="the sweep's steps, for this entry")
     warmup_steps: int | None = key(None, ge=0, doc="the sweep's warmup_steps, for this entry")
@@ -91,7 +93,14 @@ class SweepKeys:
     name: str = key(doc="the sweep's name (letters, digits, '.', '_', '-')")
     hardware: Hardware = key(doc="the hardware it is meant for: GPU kinds such as [h100, h200], cpu or any")
     out: str | None = key(None, doc="the sweep directory; null: results/<name>")
+    trainer: str = key(
+        "embedded", choices=TRAINERS, doc="embedded (the run contract's trainer_module) or specforge-cli"
+    )
     trainer_module: str = key("specforge", doc="the Python module each run launches (the run contract)")
+    trainer_python: str | None = key(
+        None,
+        doc="specforge-cli: your SpecForge environment's python; null: $SPECFORGE_PYTHON, else specforge's",
+    )
     arms: Arms = key(["baseline", "liger"], doc="the A/B arms (bench/arms.py), run baseline first")
     contrasts: Pairs = key(
         [], doc="arm-vs-arm comparisons beside each arm-vs-baseline one: [[arm, reference]]"

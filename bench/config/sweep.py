@@ -40,6 +40,14 @@ from bench.config.schema import (
     SweepKeys,
 )
 from bench.config.typed import Fail
+from bench.config.upstream import (
+    CLI_ARMS,
+    CLI_DRIVER_KEYS,
+    CLI_PREPARED_KEYS,
+    EMBEDDED,
+    cli_cell_facts,
+    pick,
+)
 from bench.errors import SweepError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -102,6 +110,7 @@ def _check_top(top: SweepKeys, fail: Fail) -> SweepKeys:
             f"trainer_module: expected a Python module name like 'specforge', got {top.trainer_module!r}"
         )
     typed.check_choice(top, "order", "", fail)
+    typed.check_choice(top, "trainer", "", fail)
     if top.warmup_steps >= top.steps:
         raise fail(
             f"warmup_steps: {top.warmup_steps} leaves no steady-state steps; expected less than steps ({top.steps})"
@@ -216,11 +225,12 @@ def _expand_entry(top: SweepKeys, i: int, entry: Any, path: Path, fail: Fail) ->
     if not isinstance(entry, dict):
         raise fail(f"{where}: expected a mapping with {', '.join(typed.required(CellKeys))}")
     c = typed.build(CellKeys, entry, f"{where}.", fail)
+    if c.trainer is not None:
+        typed.check_choice(c, "trainer", f"{where}.", fail)
+    trainer = c.trainer or top.trainer
     cfg_path = _find_train_config(c.config, path, fail, where)
-    train = _read_train_config(cfg_path, fail, where)
-    for key in c.set:
-        if key in DRIVER_KEYS:
-            raise fail(f"{where}.set.{key}: set by the driver; {DRIVER_KEYS[key]}")
+    train = _read_train_config(cfg_path, fail, where, ours=trainer == EMBEDDED)
+    facts = _cell_facts(top, trainer, train, cfg_path, c.set, where, fail)
     steps = c.steps if c.steps is not None else top.steps
     warmup = c.warmup_steps if c.warmup_steps is not None else top.warmup_steps
     if warmup >= steps:
@@ -238,8 +248,8 @@ def _expand_entry(top: SweepKeys, i: int, entry: Any, path: Path, fail: Fail) ->
         cell_id="",
         entry=i,
         train_config=str(cfg_path),
-        profile=train["profile"],
-        mode=train["mode"],
+        profile=facts["profile"],
+        mode=facts["mode"],
         batch_size=0,
         seq_len=0,
         gpus=0,
@@ -248,11 +258,13 @@ def _expand_entry(top: SweepKeys, i: int, entry: Any, path: Path, fail: Fail) ->
         warmup_steps=warmup,
         timeout_s=float(c.timeout_s if c.timeout_s is not None else top.timeout_s),
         overrides=c.set,
-        accumulation_steps=_pick(c.set, train, "training.accumulation_steps"),
-        num_anchors=_pick(c.set, train, "training.num_anchors"),
-        attention_backend=_pick(c.set, train, "model.attention_backend"),
+        accumulation_steps=facts["accumulation_steps"],
+        num_anchors=facts["num_anchors"],
+        attention_backend=facts["attention_backend"],
         config_sha256=sha,
         precision=cell_precision,
+        trainer=trainer,
+        inputs=facts["inputs"],
     )
     if "sdpa" in top.arms and entry_cell.attention_backend == "sdpa":
         raise fail(f"arms: sdpa on {where}, whose attention is sdpa already: the arm would be the baseline")
@@ -290,6 +302,7 @@ def _sweep_config(
         hardware=tuple(top.hardware),
         out=top.out,
         trainer_module=top.trainer_module,
+        trainer_python=top.trainer_python,
         arms=tuple(top.arms),
         contrasts=tuple((a, r) for a, r in top.contrasts),
         repeats=top.repeats,
@@ -318,14 +331,40 @@ def _sweep_config(
     )
 
 
-def _pick(overrides: dict, train: dict, dotted: str) -> Any:
-    """A training setting as the run will see it: the cell's override, else the training config's value."""
-    if dotted in overrides:
-        return overrides[dotted]
-    node: Any = train
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
+def _cell_facts(
+    top: SweepKeys, trainer: str, train: dict, cfg_path: Path, sets: dict, where: str, fail: Fail
+) -> dict[str, Any]:
+    """What the cell's training config says: profile, mode, who prepares the inputs, and the shape
+    keys as the runs will see them (the cell's `set:` over the file); the `set:` keys the driver
+    owns refused. A specforge-cli cell reads SpecForge's keys (bench/config/upstream.py)."""
+    if trainer == EMBEDDED:
+        for key in sets:
+            if key in DRIVER_KEYS:
+                raise fail(f"{where}.set.{key}: set by the driver; {DRIVER_KEYS[key]}")
+        return dict(
+            profile=train["profile"],
+            mode=train["mode"],
+            inputs="prepared",
+            accumulation_steps=pick(sets, train, "training.accumulation_steps"),
+            num_anchors=pick(sets, train, "training.num_anchors"),
+            attention_backend=pick(sets, train, "model.attention_backend"),
+        )
+    facts = cli_cell_facts(train, cfg_path, sets)
+    if isinstance(facts, str):
+        raise fail(f"{where}.config: {str(cfg_path)!r}: {facts}")
+    owned = {**CLI_DRIVER_KEYS, **(CLI_PREPARED_KEYS if facts["inputs"] == "prepared" else {})}
+    for key in sets:
+        if key in owned:
+            raise fail(f"{where}.set.{key}: set by the driver for trainer {trainer}; {owned[key]}")
+    unfit = [a for a in top.arms if a not in CLI_ARMS]
+    if unfit:
+        raise fail(
+            f"arms: {', '.join(unfit)} cannot run on {where} (trainer {trainer}): SpecForge has one Liger "
+            f"switch, model.use_liger_kernel; its arms are {', '.join(CLI_ARMS)}"
+        )
+    if top.nodes > 1:
+        raise fail(f"nodes: trainer {trainer} runs on one node here ({where}); use the embedded trainer")
+    return facts
 
 
 def _find_train_config(given: str, sweep_path: Path, fail: Fail, where: str) -> Path:
@@ -339,7 +378,8 @@ def _find_train_config(given: str, sweep_path: Path, fail: Fail, where: str) -> 
     raise fail(f"{where}.config: no such training config file {given!r}")
 
 
-def _read_train_config(cfg_path: Path, fail: Fail, where: str) -> dict:
+def _read_train_config(cfg_path: Path, fail: Fail, where: str, ours: bool = True) -> dict:
+    """The training config as a mapping; ``ours``: one of our trainer's (a profile and a mode)."""
     try:
         train = yaml.safe_load(cfg_path.read_text())
     except (OSError, yaml.YAMLError) as e:
@@ -347,6 +387,8 @@ def _read_train_config(cfg_path: Path, fail: Fail, where: str) -> dict:
         raise fail(f"{where}.config: cannot read training config {str(cfg_path)!r}: {problem}") from None
     if not isinstance(train, dict):
         raise fail(f"{where}.config: {str(cfg_path)!r} is not a mapping of training settings")
+    if not ours:
+        return train
     if not isinstance(train.get("profile"), str) or not train["profile"].strip():
         raise fail(f"{where}.config: {str(cfg_path)!r} has no top-level 'profile' string")
     if train.get("mode") not in MODES:

@@ -28,6 +28,7 @@ __all__ = [
     "git_commit",
     "liger_skip_reason",
     "load_config",
+    "our_trainer_importable",
     "no_gpu_reason",
     "plot_grid",
     "prepare_cache",
@@ -58,6 +59,17 @@ def check_out_path(out_dir: Path) -> None:
     from bench.run.sweepdir import check_out_path as check
 
     check(out_dir)
+
+
+def our_trainer_importable() -> None:
+    """Our trainer (specforge/) is not installed into site-packages: put this checkout first on
+    the driver's sys.path, so that the attribution imports ours from any working directory."""
+    import sys
+
+    from bench.trainers.isolation import CHECKOUT, IS_CHECKOUT
+
+    if IS_CHECKOUT and str(CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(CHECKOUT))
 
 
 def git_commit() -> str | None:

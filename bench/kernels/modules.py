@@ -19,8 +19,11 @@ from bench.kernels.bridge import (
     format_set_value,
     liger_skip_reason,
     no_gpu_reason,
+    our_trainer_importable,
 )
 from bench.kernels.shapes import CellPlan, Site, draft_shapes
+
+our_trainer_importable()
 
 
 def plan_cell(cfg: SweepConfig, cell: Cell, device_type: str) -> CellPlan:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.arms import BASELINE
+from bench.results.columns import DEFAULT_TRAINER
+from bench.results.tables import with_trainer
 
 CAPACITY_COLUMNS = [
-    "series", "profile", "mode", "gpus", "nodes", "axis", "arm", "largest_fit", "first_oom", "probes", "stopped_by",
+    "series", "trainer", "profile", "mode", "gpus", "nodes", "axis", "arm", "largest_fit", "first_oom", "probes", "stopped_by",
     "peak_vram_gib_at_largest", "samples_per_s_at_largest", "card_total_gib", "fit_ratio_vs_baseline",
     "fit_ratio_bound",
 ]  # fmt: skip
@@ -25,14 +27,15 @@ def capacity_table(runs: pd.DataFrame, sweep: dict, vram: pd.DataFrame | None = 
     axis = cap["axis"]
     other = "seq_len" if axis == "batch_size" else "batch_size"
     rows = []
-    runs = runs.assign(nodes=runs["nodes"].fillna(1) if "nodes" in runs else 1)
-    for (profile, mode, fixed, gpus, nodes, arm), g in runs.groupby(
-        ["profile", "mode", other, "gpus", "nodes", "arm"], sort=False, dropna=False
+    runs = with_trainer(runs).assign(nodes=runs["nodes"].fillna(1) if "nodes" in runs else 1)
+    for (trainer, profile, mode, fixed, gpus, nodes, arm), g in runs.groupby(
+        ["trainer", "profile", "mode", other, "gpus", "nodes", "arm"], sort=False, dropna=False
     ):
         sid = (
             f"{profile}_{mode}_{'s' if other == 'seq_len' else 'bs'}{int(fixed)}"
             + (f"_g{int(gpus)}" if gpus and gpus > 1 else "")
             + (f"_n{int(nodes)}" if nodes and nodes > 1 else "")
+            + (f"_{trainer}" if trainer != DEFAULT_TRAINER else "")
         )
         ok, oom = g[g["status"] == "ok"], g[g["status"] == "oom"]
         best = ok.loc[ok[axis].idxmax()] if len(ok) else None
@@ -45,7 +48,7 @@ def capacity_table(runs: pd.DataFrame, sweep: dict, vram: pd.DataFrame | None = 
         )
         rows.append(
             {
-                "series": sid, "profile": profile, "mode": mode, "gpus": gpus, "nodes": nodes, "axis": axis, "arm": arm,
+                "series": sid, "trainer": trainer, "profile": profile, "mode": mode, "gpus": gpus, "nodes": nodes, "axis": axis, "arm": arm,
                 "largest_fit": best[axis] if best is not None else float("nan"),
                 "first_oom": above[axis].min() if len(above) else float("nan"),
                 "probes": len(g), "stopped_by": stopped,

@@ -1,5 +1,5 @@
 """The column lists (schemas) of the tables a sweep's results are built from and written as:
-metrics.jsonl's fields as read, runs.csv, summary.csv, contrasts.csv, scaling.csv,
+metrics.jsonl's fields as read, runs.csv, summary.csv, contrasts.csv, scaling.csv, trainers.csv,
 loss_parity.csv and vram_per_card.csv (docs/run-contract.md). Names only, no logic."""
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ STARTUP_COLUMNS = [
     "compile_cache_warm",
 ]  # fmt: skip
 
+# The trainer plug that ran a cell (cell.json "trainer"); runs recorded before a sweep could name
+# another plug have no such key and read as ours.
+DEFAULT_TRAINER = "embedded"
 CELL_COLUMNS = [
+    "trainer",
     "profile",
     "mode",
     "batch_size",
@@ -28,8 +32,10 @@ CELL_COLUMNS = [
     "gpus",
     "nodes",
 ]
-# Cells that differ only in their world size (gpus x nodes) form one scaling series.
-SCALING_KEY = ["profile", "mode", "batch_size", "seq_len", "accumulation_steps", "num_anchors"]
+# A cell's shape: what two trainers' cells must share to be the same cell run by both (trainers.csv).
+SHAPE_COLUMNS = [c for c in CELL_COLUMNS if c != "trainer"]
+# Cells that differ only in their world size (gpus x nodes) form one scaling series (one trainer's).
+SCALING_KEY = ["trainer", "profile", "mode", "batch_size", "seq_len", "accumulation_steps", "num_anchors"]
 SCALING_COLUMNS = [
     *SCALING_KEY, "arm", "gpus", "nodes", "world_size", "n_ok", "samples_per_s_mean", "samples_per_s_per_gpu",
     "scaling_efficiency_pct", "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low",
@@ -50,7 +56,7 @@ RUNS_COLUMNS = [
     *STARTUP_COLUMNS, *STATE_COLUMNS, "start_time", "end_time", *PROVENANCE_COLUMNS,
 ]  # fmt: skip
 RUNS_TEXT_COLUMNS = {
-    "run_id", "cell_id", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
+    "run_id", "cell_id", "trainer", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
     "start_time", "end_time", "state_window", "compile_cache_warm", "imports_preloaded", *PROVENANCE_COLUMNS,
 } - {"gpu_count"}  # fmt: skip
 
@@ -72,7 +78,8 @@ SUMMARY_COLUMNS = [
 ]  # fmt: skip
 
 LOSS_PARITY_COLUMNS = [
-    "cell_id", "profile", "mode", "batch_size", "seq_len", "gpus", "nodes", "arm", "repeat", "steps_compared",
+    "cell_id", "trainer", "profile", "mode", "batch_size", "seq_len", "gpus", "nodes", "arm", "repeat",
+    "steps_compared",
     "max_abs_delta", "max_abs_delta_step", "last_step", "last_step_abs_delta",
     "loss_last_baseline", "loss_last_arm", "tolerance", "criterion", "passed",
 ]  # fmt: skip
@@ -90,4 +97,16 @@ CONTRAST_COLUMNS = [
     "delta_samples_per_s_halfwidth_pct", "delta_samples_per_s_pct_per_pair", "delta_peak_vram_gib",
     "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high", "delta_peak_vram_pct",
     "verdict_speed", "verdict_memory", "ci_method",
+]  # fmt: skip
+
+# One cell shape run by two trainers: per arm and ordered pair (source, target), the target's Δ
+# samples/s predicted from the source's saving per step and the target's own baseline step time.
+TRAINERS_COLUMNS = [
+    "source_cell_id", "target_cell_id", "source_trainer", "target_trainer", *SHAPE_COLUMNS, "arm",
+    "source_n_pairs", "source_saved_ms_per_step", "source_saved_ms_per_step_ci95_low",
+    "source_saved_ms_per_step_ci95_high", "target_baseline_s_per_step",
+    "predicted_delta_samples_per_s_pct", "predicted_delta_samples_per_s_pct_ci95_low",
+    "predicted_delta_samples_per_s_pct_ci95_high", "target_n_pairs", "measured_delta_samples_per_s_pct",
+    "measured_delta_samples_per_s_pct_ci95_low", "measured_delta_samples_per_s_pct_ci95_high",
+    "measured_ci_contains_prediction",
 ]  # fmt: skip

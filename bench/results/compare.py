@@ -1,7 +1,8 @@
 """Compare two sweeps' results (two machines or two commits), row by row.
 
 Each input is a summary.csv, or a runs.csv that is first aggregated through summary_table.
-Rows are joined on KEY_COLUMNS; B is compared with A. Where the per-run values of both sides
+Rows are joined on KEY_COLUMNS (a file from before the trainer column reads as our trainer's,
+bench.results.tables.with_trainer); B is compared with A. Where the per-run values of both sides
 are at hand (a runs.csv given, or the runs.csv beside a summary.csv), each row's B/A ratio
 gets a 95% CI: runs of different sweeps are not paired, so it is Welch's interval on log
 throughput, and a verdict says which differences are real.
@@ -15,13 +16,15 @@ import pandas as pd
 
 from bench import fmt
 from bench.results import stats
+from bench.results.columns import DEFAULT_TRAINER
 from bench.results.plots import plot_compare
 from bench.results.report import write_csv
-from bench.results.tables import join_unique, summary_table
+from bench.results.tables import join_unique, summary_table, with_trainer
 
-KEY_COLUMNS = ["profile", "mode", "batch_size", "seq_len", "gpus", "arm"]
+KEY_COLUMNS = ["trainer", "profile", "mode", "batch_size", "seq_len", "gpus", "arm"]
+_OPTIONAL_KEYS = {"trainer"}  # filled in when a file has none
 SUMMARY_NEEDED = [
-    *KEY_COLUMNS,
+    *(c for c in KEY_COLUMNS if c not in _OPTIONAL_KEYS),
     "samples_per_s_mean",
     "s_per_step_mean",
     "peak_vram_gib",
@@ -30,7 +33,7 @@ SUMMARY_NEEDED = [
 RUNS_NEEDED = [
     "run_id",
     "cell_id",
-    *KEY_COLUMNS,
+    *(c for c in KEY_COLUMNS if c not in _OPTIONAL_KEYS),
     "repeat",
     "status",
     "samples_per_s",
@@ -67,8 +70,7 @@ def load_summary(path: str | Path) -> pd.DataFrame:
     missing = [c for c in needed if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: not a usable {kind}; missing columns: {', '.join(missing)}")
-    df = summary_table(df) if kind == "runs.csv" else df
-    df = df.copy()
+    df = with_trainer(summary_table(df) if kind == "runs.csv" else df)
     df.attrs["runs"] = per_run_values(pd.read_csv(path) if kind == "runs.csv" else _runs_beside(path))
     for c in ("batch_size", "seq_len", "gpus"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
@@ -94,6 +96,7 @@ def per_run_values(runs: pd.DataFrame | None) -> dict[tuple, list[float]]:
     """KEY_COLUMNS -> samples/s of each ok run."""
     if runs is None:
         return {}
+    runs = with_trainer(runs)
     ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()].copy()
     for c in ("batch_size", "seq_len", "gpus"):
         ok[c] = pd.to_numeric(ok[c], errors="coerce")
@@ -204,13 +207,16 @@ def format_compare(df: pd.DataFrame, label_a: str, label_b: str) -> str:
             "B vs A": both["verdict"].fillna("—"),
         }
     )
+    if (both["trainer"] != DEFAULT_TRAINER).any():  # another trainer's cells: say whose each row is
+        shown.insert(0, "trainer", both["trainer"])
     lines.append(shown.to_string(index=False) if len(shown) else "(no row is in both A and B)")
     for which in ("A only", "B only"):
         rows = df[df["present"] == which]
         if len(rows):
             lines += ["", f"Only in {which[0]}:"]
             lines += [
-                f"  {r.profile} {r.mode} bs{num('.0f')(r.batch_size)} seq{num('.0f')(r.seq_len)} "
+                f"  {'' if r.trainer == DEFAULT_TRAINER else f'{r.trainer} '}"
+                f"{r.profile} {r.mode} bs{num('.0f')(r.batch_size)} seq{num('.0f')(r.seq_len)} "
                 f"gpus{num('.0f')(r.gpus)} {r.arm}"
                 for r in rows.itertuples()
             ]

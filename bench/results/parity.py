@@ -35,6 +35,7 @@ def _parity_row(base: RunRecord, other: RunRecord, default_tolerance: float) -> 
     last_delta = float(delta.iloc[-1])
     return {
         "cell_id": base.cell_id,
+        "trainer": base.trainer,
         **{c: base.cell.get(c) for c in ("profile", "mode", "batch_size", "seq_len", "gpus")},
         "nodes": base.cell.get("nodes") or 1,  # cells recorded before multi-node have no key
         "arm": other.arm,

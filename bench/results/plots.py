@@ -18,7 +18,9 @@ from matplotlib.figure import Figure
 from bench import fmt
 from bench.arms import BASELINE
 from bench.fileio import atomic_write_bytes
+from bench.results.columns import DEFAULT_TRAINER
 from bench.results.records import RunRecord
+from bench.results.tables import with_trainer
 
 ARM_COLORS = {"baseline": "tab:blue", "liger": "tab:orange"}
 NO_VRAM_NOTE = "no VRAM data (CPU run / poller unavailable)"
@@ -38,6 +40,11 @@ def _arms(values: Iterable) -> list[str]:
 
 def _color(arm: str, arms: list[str]) -> str:
     return ARM_COLORS.get(arm, f"C{2 + arms.index(arm) % 8}")
+
+
+def _trainer_note(trainer: str) -> str:
+    """`` (specforge-cli)`` after a panel's title for another trainer's cells; nothing for ours."""
+    return "" if trainer == DEFAULT_TRAINER else f" ({trainer})"
 
 
 def _note(ax: Axes, text: str) -> None:
@@ -206,7 +213,9 @@ def plot_step_time_dist(records: list[RunRecord], path: str | Path) -> Path:
 
 def plot_scaling(scaling: pd.DataFrame, path: str | Path) -> Path:
     """Samples/s vs world size per arm, one panel per series, with the ideal (linear) line."""
-    series = list(scaling.groupby(["profile", "mode", "batch_size", "seq_len"], sort=False))
+    series = list(
+        with_trainer(scaling).groupby(["profile", "mode", "batch_size", "seq_len", "trainer"], sort=False)
+    )
     fig, axes = _grid(max(1, len(series)), "Scaling over world size (dashed: linear from the smallest size)")
     for ax, (key, g) in zip(axes, series):
         arms = _arms(g["arm"])
@@ -220,7 +229,10 @@ def plot_scaling(scaling: pd.DataFrame, path: str | Path) -> Path:
         ax.set_xticks(sorted(g["world_size"].dropna().unique()))
         ax.set_xlabel("GPUs (world size)")
         ax.set_ylabel("samples/s")
-        ax.set_title(f"{key[0]} {key[1]} bs{fmt.integer(key[2])} s{fmt.integer(key[3])}", fontsize=9)
+        ax.set_title(
+            f"{key[0]} {key[1]} bs{fmt.integer(key[2])} s{fmt.integer(key[3])}{_trainer_note(key[4])}",
+            fontsize=9,
+        )
         ax.legend(fontsize=8)
     return _save(fig, path)
 
@@ -230,9 +242,9 @@ def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) 
     per series, with the card's capacity drawn."""
     axis = capacity["axis"].iloc[0]
     other = "seq_len" if axis == "batch_size" else "batch_size"
-    groups = list(runs.groupby(["profile", "mode", other, "gpus"], sort=False))
+    groups = list(with_trainer(runs).groupby(["profile", "mode", other, "gpus", "trainer"], sort=False))
     fig, axes = _grid(max(1, len(groups)), f"Capacity: peak VRAM vs {axis} (x: out of memory)")
-    for ax, ((profile, mode, fixed, gpus), g) in zip(axes, groups):
+    for ax, ((profile, mode, fixed, gpus, trainer), g) in zip(axes, groups):
         arms = _arms(g["arm"])
         total = capacity[(capacity["profile"] == profile) & (capacity["mode"] == mode)][
             "card_total_gib"
@@ -249,7 +261,10 @@ def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) 
         ax.set_xscale("log", base=2)
         ax.set_xlabel(axis)
         ax.set_ylabel("peak VRAM, busiest card (GiB)")
-        ax.set_title(f"{profile} {mode} {other} {fmt.integer(fixed)}, {fmt.integer(gpus)} GPU(s)", fontsize=9)
+        ax.set_title(
+            f"{profile} {mode} {other} {fmt.integer(fixed)}, {fmt.integer(gpus)} GPU(s){_trainer_note(trainer)}",
+            fontsize=9,
+        )
         ax.legend(fontsize=8)
     return _save(fig, path)
 

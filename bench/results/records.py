@@ -19,7 +19,13 @@ import pandas as pd
 from bench import fmt
 from bench.arms import ARM_NAMES
 from bench.fileio import read_json, read_jsonl
-from bench.results.columns import CELL_COLUMNS, METRIC_FIELDS, STATE_FIELDS, VRAM_PER_CARD_COLUMNS
+from bench.results.columns import (
+    CELL_COLUMNS,
+    DEFAULT_TRAINER,
+    METRIC_FIELDS,
+    STATE_FIELDS,
+    VRAM_PER_CARD_COLUMNS,
+)
 
 NAN = float("nan")
 _REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")
@@ -64,6 +70,11 @@ class RunRecord:
     @property
     def cell_id(self) -> str | None:
         return self.cell.get("cell_id") or self._from_id("cell_id")
+
+    @property
+    def trainer(self) -> str:
+        """The trainer plug that ran it; a cell.json from before the key existed: ours."""
+        return str(self.cell.get("trainer") or DEFAULT_TRAINER)
 
     @property
     def arm(self) -> str | None:
@@ -264,6 +275,7 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         "run_id": rec.run_id,
         "cell_id": rec.cell_id,
         **{c: rec.cell.get(c) for c in CELL_COLUMNS},
+        "trainer": rec.trainer,
         "arm": rec.arm,
         "repeat": rec.repeat,
         "order_index": rec.cell.get("order_index"),

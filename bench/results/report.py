@@ -1,5 +1,5 @@
 """Build a sweep's results: runs.csv, summary.csv, loss_parity.csv, vram_per_card.csv (and
-contrasts/scaling/capacity CSVs when the sweep has them), the PNGs and report.md, every file
+contrasts/scaling/capacity/trainers CSVs when the sweep has them), the PNGs and report.md, every file
 written atomically into the sweep directory (``python -m bench report DIR``).
 
 The CSV column lists (RUNS_COLUMNS, SUMMARY_COLUMNS, LOSS_PARITY_COLUMNS, VRAM_PER_CARD_COLUMNS,
@@ -25,6 +25,7 @@ from bench.results.columns import (
     SUMMARY_COLUMNS,
     VRAM_PER_CARD_COLUMNS,
 )
+from bench.results.crosstrainer import trainers_section, trainers_table
 from bench.results.method import (
     machine_state_line,
     method_section,
@@ -82,7 +83,9 @@ __all__ = [
 
 CSV_FLOAT_FORMAT = "%.6g"  # rounding happens here only, at write time
 # Files of an earlier build that this build writes only when the sweep has them.
-OPTIONAL_FILES = ("scaling.csv", "scaling.png", "capacity.csv", "capacity.png", "contrasts.csv")
+OPTIONAL_FILES = (
+    "scaling.csv", "scaling.png", "capacity.csv", "capacity.png", "contrasts.csv", "trainers.csv",
+)  # fmt: skip
 
 
 def write_csv(df: pd.DataFrame, path: str | Path) -> Path:
@@ -127,9 +130,10 @@ def _write_plots(
 
 
 def _write_optional(sweep_dir: Path, sweep: dict, tables: dict[str, pd.DataFrame]) -> dict[str, Path]:
-    """scaling, contrasts and capacity: computed into ``tables``, written only when not empty
-    (an earlier build's files removed first)."""
+    """scaling, contrasts, trainers and capacity: computed into ``tables``, written only when not
+    empty (an earlier build's files removed first)."""
     tables["scaling"] = scaling_table(tables["summary"])
+    tables["trainers"] = trainers_table(tables["summary"])
     contrasts = (sweep.get("config") or {}).get("contrasts") or []
     tables["contrasts"] = contrast_table(tables["runs"], contrasts, equivalence_pct=_equivalence_pct(sweep))
     for name in OPTIONAL_FILES:
@@ -137,6 +141,8 @@ def _write_optional(sweep_dir: Path, sweep: dict, tables: dict[str, pd.DataFrame
     paths = {}
     if len(tables["contrasts"]):
         paths["contrasts.csv"] = write_csv(tables["contrasts"], sweep_dir / "contrasts.csv")
+    if len(tables["trainers"]):
+        paths["trainers.csv"] = write_csv(tables["trainers"], sweep_dir / "trainers.csv")
     if len(tables["scaling"]):
         paths["scaling.csv"] = write_csv(tables["scaling"], sweep_dir / "scaling.csv")
         paths["scaling.png"] = plots.plot_scaling(tables["scaling"], sweep_dir / "scaling.png")
@@ -153,7 +159,7 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     """Aggregate ``sweep_dir`` and write its CSVs, plots and report.md.
 
     Returns {"paths": {file name: Path}, "runs", "summary", "loss_parity", "vram_per_card",
-    "scaling", "contrasts", "capacity": DataFrames, "main_table": the main table's Markdown
+    "scaling", "contrasts", "trainers", "capacity": DataFrames, "main_table": the main table's Markdown
     lines (report.md's first table, for a console to print)}.
     Raises ValueError when the directory is missing or holds no runs.
     """
@@ -193,6 +199,7 @@ def render_markdown(
     lines += machine_state_line(runs)
     lines += precision_section(summary, sweep)
     lines += contrast_section(tables.get("contrasts", pd.DataFrame()), summary)
+    lines += trainers_section(tables.get("trainers", pd.DataFrame()))
     lines += scaling_section(tables.get("scaling", pd.DataFrame()))
     lines += capacity_section(tables.get("capacity", pd.DataFrame()))
     lines += startup_section(runs, sweep.get("fork_server"))

@@ -47,6 +47,15 @@ def _not_run_reasons(runs: pd.DataFrame, cell_id: Any, arm: Any) -> str:
     return f"no ok run ({'; '.join(reasons)})" if reasons else "no ok run"
 
 
+def with_trainer_column(df: pd.DataFrame, header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table of ``rows`` (one per row of ``df``), with a trainer column first when ``df``
+    holds more than one trainer's cells (two trainers of one shape would read alike without it)."""
+    trainers = df["trainer"] if "trainer" in df else pd.Series(dtype=object)
+    if trainers.nunique() < 2:
+        return fmt.table(header, rows)
+    return fmt.table(["trainer", *header], [[fmt.md(t), *r] for t, r in zip(trainers, rows, strict=True)])
+
+
 def _world(gpus: Any, nodes: Any) -> str:
     """``2`` GPUs, or ``2×2`` for 2 GPUs on each of 2 nodes."""
     n = fmt.num(nodes)
@@ -73,7 +82,7 @@ def scaling_section(scaling: pd.DataFrame) -> list[str]:
         "Efficiency: per-GPU samples/s as a percentage of the same arm's at the smallest world size "
         "(100 = perfect scaling). Plot: scaling.png; data: scaling.csv."
     )
-    return ["## Scaling", "", *fmt.table(header, rows), "", note, ""]
+    return ["## Scaling", "", *with_trainer_column(scaling, header, rows), "", note, ""]
 
 
 def _fit_ratio(r: Any) -> str:
@@ -137,7 +146,7 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                 fmt.f(r.torch_peak_allocated_gib, ".2f"), fmt.f(r.loss_last_mean, ".4f"), d_sps, d_vram, fmt.md(verdict),
             ]
         )  # fmt: skip
-    return fmt.table(MAIN_TABLE_HEADER, rows)
+    return with_trainer_column(summary, MAIN_TABLE_HEADER, rows)
 
 
 def contrast_section(contrasts: pd.DataFrame, summary: pd.DataFrame | None = None) -> list[str]:
@@ -175,7 +184,7 @@ def contrast_section(contrasts: pd.DataFrame, summary: pd.DataFrame | None = Non
         "Δ is the ratio of geometric means with a t-interval on the per-pair log-ratios, as for the "
         "baseline comparisons; the rounds are those the baseline comparisons planned. Data: contrasts.csv."
     )
-    return ["## Arm against arm", "", *fmt.table(header, rows), "", note, ""]
+    return ["## Arm against arm", "", *with_trainer_column(contrasts, header, rows), "", note, ""]
 
 
 def parity_table(parity: pd.DataFrame) -> list[str]:
@@ -189,7 +198,7 @@ def parity_table(parity: pd.DataFrame) -> list[str]:
         ]
         for r in parity.itertuples()
     ]  # fmt: skip
-    return fmt.table(PARITY_TABLE_HEADER, rows)
+    return with_trainer_column(parity, PARITY_TABLE_HEADER, rows)
 
 
 def precision_section(summary: pd.DataFrame, sweep: dict) -> list[str]:

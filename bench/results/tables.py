@@ -16,6 +16,7 @@ from bench.results import stats
 from bench.results.columns import (
     CELL_COLUMNS,
     CONTRAST_COLUMNS,
+    DEFAULT_TRAINER,
     RUNS_COLUMNS,
     RUNS_TEXT_COLUMNS,
     SCALING_COLUMNS,
@@ -37,6 +38,13 @@ def runs_table(records: list[RunRecord]) -> pd.DataFrame:
         if c not in RUNS_TEXT_COLUMNS:
             df[c] = pd.to_numeric(df[c], errors="coerce")
     return df
+
+
+def with_trainer(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its trainer column filled in: a table (or CSV) from before there was a second
+    trainer plug has none, or blanks, and its runs are ours (DEFAULT_TRAINER)."""
+    trainer = df["trainer"] if "trainer" in df else pd.Series(None, index=df.index, dtype=object)
+    return df.assign(trainer=trainer.astype(object).fillna(DEFAULT_TRAINER))
 
 
 def mean_ci(values: pd.Series) -> tuple[float, float, float, float]:
@@ -74,7 +82,7 @@ def summary_table(
     Arms with no ok run keep a row (n_ok = 0, NaN statistics) so a skipped arm stays visible.
     """
     precision = precision or {}
-    df = runs_df.reindex(columns=RUNS_COLUMNS)
+    df = with_trainer(runs_df.reindex(columns=RUNS_COLUMNS))
     ok_all = df[df["status"] == "ok"]
     cells = list(dict.fromkeys(df["cell_id"]))
     rows = []
@@ -132,7 +140,7 @@ def contrast_table(
     same round are a pair (every round runs every arm), a 95% t-interval on the per-pair
     log-ratios (no stopping rule of its own: the rounds are those the baseline comparisons
     planned; verdicts need 3 pairs)."""
-    df = runs_df.reindex(columns=RUNS_COLUMNS)
+    df = with_trainer(runs_df.reindex(columns=RUNS_COLUMNS))
     ok_all = df[df["status"] == "ok"]
     rows = []
     for cell_id, g in df.groupby("cell_id", sort=False, dropna=False):
@@ -174,7 +182,7 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
     row per arm and size: samples/s, per-GPU samples/s, efficiency vs the smallest size of the
     same arm (100 = per-GPU throughput held), the arm's Δ vs baseline with its CI, and the
     busiest card's peak VRAM. Empty when no series has two sizes."""
-    df = summary.reindex(columns=SUMMARY_COLUMNS).copy()
+    df = with_trainer(summary.reindex(columns=SUMMARY_COLUMNS))
     df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").fillna(1)
     df["gpus"] = pd.to_numeric(df["gpus"], errors="coerce")
     df["world_size"] = df["gpus"] * df["nodes"]

@@ -11,7 +11,7 @@ from bench.fileio import read_json
 from bench.run import preflight
 from bench.run.capacity_plan import probe_cell, series
 from bench.run.sweepdir import cache_dir_for, is_finished, run_dir
-from bench.trainers import plug_for
+from bench.trainers import plugs_for
 
 
 def _header(cfg: SweepConfig, runs: list[Run]) -> None:
@@ -49,21 +49,23 @@ def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_proble
     skip = preflight.liger_skip_reason() if any(r.liger for r in runs) else None
     if skip:
         print(f"liger runs will be skipped here: {skip}")
-    plug = plug_for(cfg)
+    plugs = plugs_for(cfg)
     seen = set()
     for run in runs:
         key = run.cell.cache_key()
-        if run.cell.mode == "offline" and key not in seen:
+        if run.cell.prepared and key not in seen:
             seen.add(key)
             cdir = cache_dir_for(out_dir, run.cell)
             state = "ready" if (cdir / "meta.json").exists() else "to prepare"
-            print(f"cache {key} ({state}): {shlex.join(plug.prepare_command(cfg, run.cell, cdir))}")
+            argv = plugs[run.cell.trainer].prepare_command(cfg, run.cell, cdir)
+            print(f"cache {key} ({state}): {shlex.join(argv)}")
     for run in runs:
         rdir = run_dir(out_dir, run)
         done = read_json(rdir / "run.json") if is_finished(rdir) else None
         note = f"  [finished: {done.get('status')}]" if done else ""
         print(f"[{run.order_index + 1:>3}/{len(runs)}] {run.run_id}{note}")
-        print(f"      {shlex.join(plug.train_command(cfg, run, rdir, cache_dir_for(out_dir, run.cell)))}")
+        argv = plugs[run.cell.trainer].train_command(cfg, run, rdir, cache_dir_for(out_dir, run.cell))
+        print(f"      {shlex.join(argv)}")
 
 
 def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str | None) -> None:
@@ -77,11 +79,13 @@ def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str |
         f"axis {cap.axis}: from {cap.start}, doubling up to {cap.max}, then bisecting to multiples of "
         f"{cap.granularity}; {cap.steps} steps per probe"
     )
-    plug = plug_for(cfg)
+    plugs = plugs_for(cfg)
     for sid, cell in series(cfg):
         for arm in cfg.arms:
             pcell = probe_cell(cfg, cell, cap.start)
             run = Run(f"{pcell.cell_id}_{arm}_r1", pcell, arm, 1, 0)
-            argv = plug.train_command(cfg, run, run_dir(out_dir, run), cache_dir_for(out_dir, pcell))
+            argv = plugs[cell.trainer].train_command(
+                cfg, run, run_dir(out_dir, run), cache_dir_for(out_dir, pcell)
+            )
             print(f"{sid} {arm}: first probe {cap.axis}={cap.start}")
             print(f"      {shlex.join(argv)}")

@@ -76,6 +76,7 @@ def cell_record(cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | N
         "gpus": c.gpus,
         "nodes": c.nodes,
         "arm": run.arm,
+        "trainer": c.trainer,
         "repeat": run.repeat,
         "order_index": run.order_index,
         "steps": c.steps,

@@ -12,13 +12,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import bench.trainers.outcome as outcome
-from bench.config import Run, SweepConfig
+from bench.config import Cell, Run, SweepConfig
 from bench.fileio import atomic_write_json
 from bench.procs import forkstart
 from bench.procs.launcher import mark_exit, now
 from bench.run import caches, console, execute, preflight
-from bench.run.sweepdir import cache_dir_for, compile_cache_dir, prime_dir, run_dir, update_sweep_json
-from bench.trainers import TrainerPlug, plug_for
+from bench.run.sweepdir import (
+    cache_dir_for,
+    compile_cache_dir,
+    git_commit,
+    prime_dir,
+    run_dir,
+    update_sweep_json,
+)
+from bench.trainers import TrainerPlug, plugs_for
 
 
 @dataclass
@@ -26,9 +33,8 @@ class Session:
     cfg: SweepConfig
     out_dir: Path
     info: dict
-    plug: TrainerPlug
+    plugs: dict[str, TrainerPlug]  # trainer name -> its plug (bench/trainers)
     skip: str | None = None  # why the Liger arms are recorded as skipped here (None: they run)
-    compile_dir: Path | None = None
     progress: console.Progress | None = None
     cache_errors: dict[str, str | None] = field(default_factory=dict)  # cache key -> error or None
     primed: set[tuple[str, str]] = field(default_factory=set)  # (cell, arm) primed by this invocation
@@ -43,10 +49,20 @@ class Session:
             cfg=cfg,
             out_dir=out_dir,
             info=info,
-            plug=plug_for(cfg),
+            plugs=plugs_for(cfg, {**info, "git_commit": git_commit()}),
             skip=preflight.liger_skip_reason() if liger else None,
-            compile_dir=compile_cache_dir(out_dir, info) if cfg.compile_cache else None,
         )
+
+    def plug(self, cell: Cell) -> TrainerPlug:
+        return self.plugs[cell.trainer]
+
+    def compile_dir(self, cell: Cell) -> Path | None:
+        """The compile cache (TorchInductor, Triton) the runs of ``cell`` share: one per trainer
+        environment's versions and the GPU kind, under cache/compile/ (--force keeps it)."""
+        if not self.cfg.compile_cache:
+            return None
+        key = self.plug(cell).compile_key(self.cfg, self.info.get("kind") or "cpu")
+        return self.out_dir / "cache" / "compile" / key if key else compile_cache_dir(self.out_dir, self.info)
 
     def next_order(self) -> int:
         self.order += 1
@@ -64,10 +80,9 @@ class Session:
 
     def prepare(self, runs: list[Run]) -> None:
         """Prepare (or verify) once each offline cache these runs need."""
-        wanted = [r for r in runs if not self.skipped(r)]
-        self.cache_errors = caches.prepare_caches(
-            self.cfg, self.plug, self.out_dir, wanted, self.cache_errors
-        )
+        for trainer, plug in self.plugs.items():
+            wanted = [r for r in runs if not self.skipped(r) and r.cell.trainer == trainer]
+            self.cache_errors = caches.prepare_caches(self.cfg, plug, self.out_dir, wanted, self.cache_errors)
 
     def start_server(self) -> None:
         """Start the warm fork server once, before the first run that launches, when any cell
@@ -76,12 +91,14 @@ class Session:
             return
         self.server_tried = True
         cfg = self.cfg
-        preload = self.plug.preload(cfg)
-        if not preload or not any(cfg.forks(c) for c in cfg.cells):
+        forking = [c for c in cfg.cells if cfg.forks(c)]  # cells whose runs fork (one plug: the embedded)
+        preload = self.plug(forking[0]).preload(cfg) if forking else []
+        if not preload:
             return
         gpus = 0 if cfg.runs_on_cpu else int(self.info.get("gpu_count") or 0)
         try:
-            ready_s = forkstart.start_server(preload, execute.compile_env(self.compile_dir), gpus)
+            env = execute.compile_env(self.compile_dir(forking[0]))
+            ready_s = forkstart.start_server(preload, env, gpus)
         except (OSError, EOFError, ValueError, forkstart.ForkServerUnusable) as e:  # runs start afresh
             print(
                 f"warning: fork server did not start ({e}); runs start as new interpreters", file=sys.stderr
@@ -119,12 +136,11 @@ class Session:
             shutil.rmtree(rdir)
         rdir.mkdir(parents=True)
         cache_dir = cache_dir_for(out_dir, run.cell)
-        argv = self.plug.train_command(cfg, run, rdir, cache_dir)
-        warm = self.compile_dir is not None and any(
-            p.is_file() for p in self.compile_dir.rglob("*")
-        )  # not just empty dirs
+        plug, compile_dir = self.plug(run.cell), self.compile_dir(run.cell)
+        argv = plug.train_command(cfg, run, rdir, cache_dir)
+        warm = compile_dir is not None and any(p.is_file() for p in compile_dir.rglob("*"))  # not empty dirs
         record = execute.cell_record(cfg, run, argv, cache_dir)
-        record["compile_cache"] = {"dir": str(self.compile_dir) if self.compile_dir else None, "warm": warm}
+        record["compile_cache"] = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
         atomic_write_json(rdir / "cell.json", record)
         if self.skipped(run):
             return outcome.record(rdir, run, "skipped", self.skip or "")
@@ -132,10 +148,8 @@ class Session:
         if cache_error:
             return outcome.record(rdir, run, "error", cache_error)
         started = now()
-        rc, timed_out = execute.launch_polled(
-            cfg, run, rdir, argv, tick, execute.compile_env(self.compile_dir)
-        )
-        self.plug.reconcile(rdir, run, rc, timed_out, started)
+        rc, timed_out = execute.launch_polled(cfg, run, rdir, argv, tick, execute.compile_env(compile_dir))
+        plug.reconcile(rdir, run, rc, timed_out, started)
         mark_exit(rdir / "launch.json", rc, timed_out)
         return console.outcome_line(rdir)
 

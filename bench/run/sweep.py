@@ -36,7 +36,7 @@ from bench.run.sweepdir import (
     update_sweep_json,
     write_sweep_json,
 )
-from bench.trainers import plug_for
+from bench.trainers import plugs_for
 
 
 def run_sweep(
@@ -65,9 +65,9 @@ def run_sweep(
     out_dir = Path(out) if out is not None else Path(cfg.out)
     check_out_path(out_dir)
     runs = plan(cfg) if not capacity else []
-    plug = plug_for(cfg)
-    preflight.check_imports(plug.missing_packages(cfg))
-    plug.check_cells(cfg, out_dir, cache_dir_for)
+    for trainer, plug in plugs_for(cfg).items():
+        preflight.check_imports(plug.missing_packages(cfg))
+        plug.check_cells(cfg, [c for c in cfg.cells if c.trainer == trainer], out_dir, cache_dir_for)
     info = preflight.detect()
     problem = preflight.hardware_problem(cfg, info)
     if dry_run:

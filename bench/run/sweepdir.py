@@ -21,7 +21,7 @@ from bench.trainers.outcome import TERMINAL
 AGGREGATE_OUTPUTS = (
     "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md",
     "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "scaling.csv", "scaling.png",
-    "capacity.csv", "capacity.png", "contrasts.csv",
+    "capacity.csv", "capacity.png", "contrasts.csv", "trainers.csv",
 )  # fmt: skip
 
 
@@ -47,7 +47,7 @@ def prime_dir(out_dir: Path, run: Run) -> Path:
 
 def cache_dir_for(out_dir: Path, cell: Cell) -> Path | None:
     """The offline hidden-state cache a cell reads (None for online cells)."""
-    return out_dir / "cache" / cell.cache_key() if cell.mode == "offline" else None
+    return out_dir / "cache" / cell.cache_key() if cell.prepared else None
 
 
 def check_out_path(out_dir: Path, flag: str = "--out") -> None:

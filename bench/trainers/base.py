@@ -1,7 +1,7 @@
 """What a trainer plug is: the part of the suite that knows one kind of trainer.
 
 A plug checks a cell before anything is written, builds the command of one run of one arm,
-prepares the run's inputs, and reads the run's output back into the run records every report
+prepares the run's inputs (an offline cache), and reads the run's output back into the run records every report
 uses (``run.json`` with a status and reason, ``metrics.jsonl`` with one row per optimizer
 step; docs/run-contract.md). Everything else — pairing, the precision rule, VRAM polling,
 loss parity, timeouts, kill and resume, capacity, reports — is shared and never asks which
@@ -23,8 +23,14 @@ class TrainerPlug(Protocol):
         """Python packages this machine lacks for the plug's trainer (checked before anything is written)."""
         ...
 
-    def check_cells(self, cfg: SweepConfig, out_dir: Path, cache_dir_for) -> None:
-        """Validate every cell and arm with the trainer itself; SweepError with one line on bad input."""
+    def check_cells(self, cfg: SweepConfig, cells, out_dir: Path, cache_dir_for) -> None:
+        """Validate each of its cells and every arm with the trainer itself; SweepError with one
+        line on bad input."""
+        ...
+
+    def compile_key(self, cfg: SweepConfig, kind: str) -> str | None:
+        """The name of the compile cache its runs share (cache/compile/<key>/); None: the driver's
+        own (its torch and Triton: the trainer runs in the driver's environment)."""
         ...
 
     def preload(self, cfg: SweepConfig) -> list[str]:

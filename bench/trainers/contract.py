@@ -85,11 +85,14 @@ class ContractPlug:
 
     # ------------------------------------------------------------ checks
 
-    def check_cells(self, cfg: SweepConfig, out_dir: Path, cache_dir_for) -> None:
+    def compile_key(self, cfg: SweepConfig, kind: str) -> str | None:
+        return None  # the trainer runs in the driver's environment: the driver's compile cache
+
+    def check_cells(self, cfg: SweepConfig, cells, out_dir: Path, cache_dir_for) -> None:
         """Ask the trainer to validate every cell's training config (unknown or mistyped `set:` keys, an
         unknown profile or trainer module) before anything is written; SweepError with its one line."""
         seen: set[tuple] = set()
-        for cell, arm in ((c, a) for c in cfg.cells for a in cfg.arms):
+        for cell, arm in ((c, a) for c in cells for a in cfg.arms):
             cache = cache_dir_for(out_dir, cell)  # a path only: the cache itself is verified when it is used
             planned = cache.with_name(cache.name + ".unprepared") if cache else None
             argv = self.check_command(cfg, cell, out_dir, planned, arm)

@@ -1,0 +1,97 @@
+"""What a sweep config knows about the trainers a cell can name, and about the run configs of
+the real SpecForge CLI (PyPI ``specforge``, ``specforge train -c CONFIG key=value ...``).
+
+A cell's ``trainer`` is ``embedded`` (the run-contract trainer of ``trainer_module``, our own
+``specforge/`` by default) or ``specforge-cli``. A ``specforge-cli`` cell's ``config`` is either
+one of our training configs (top-level ``profile`` and ``mode: offline``: the plug prepares
+SpecForge's inputs from it with random weights, bench/trainers/specforge_inputs.py) or the
+user's own SpecForge run config (passed through; only the keys below are set per run). Its
+``set:`` keys are SpecForge's dotted keys. Nothing here imports SpecForge or reads past the files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+EMBEDDED = "embedded"
+SPECFORGE_CLI = "specforge-cli"
+TRAINERS = (EMBEDDED, SPECFORGE_CLI)
+
+# The SpecForge keys the driver sets on every run of a specforge-cli cell (a cell's `set:` may not).
+CLI_DRIVER_KEYS = {
+    "model.use_liger_kernel": "use arms",
+    "training.batch_size": "use the cell's batch_size",
+    "data.max_length": "use the cell's seq_len",
+    "training.max_steps": "use steps",
+    "training.log_interval": "the driver reads every step",
+    "training.save_interval": "the driver keeps no checkpoints",
+    "training.eval_interval": "the driver measures training steps only",
+    "tracking.report_to": "the driver reads the steps from stdout",
+    "profiling.enabled": "profiled steps are not for timing",
+    "deployment.trainer.nproc_per_node": "use gpus_per_run",
+    "run_id": "the driver names each run",
+    "output_dir": "the driver gives each run its directory",
+}
+# ... and, when the plug prepares the inputs (one of our training configs), these as well.
+CLI_PREPARED_KEYS = {
+    "data.hidden_states_path": "the plug prepares the features (or give your own SpecForge config)",
+    "model.target_model_path": "the plug prepares the target (or give your own SpecForge config)",
+    "model.draft_model_config": "the plug writes the draft config (or give your own SpecForge config)",
+    "training.num_epochs": "the plug feeds exactly the samples a run trains on",
+}
+# Arms a specforge-cli cell can run: SpecForge has one Liger switch (model.use_liger_kernel).
+CLI_ARMS = ("baseline", "liger", "aa", "nopoll")
+ONLINE_OUT_OF_SCOPE = (
+    "the SpecForge CLI's online runs need an SGLang server, which the suite does not start; "
+    "use an offline config (features precomputed: data.hidden_states_path)"
+)
+
+
+def is_ours(train: dict) -> bool:
+    """Whether a training config is one of ours (a top-level profile), not a SpecForge run config."""
+    return isinstance(train.get("profile"), str)
+
+
+def cli_cell_facts(train: dict, cfg_path: Path, overrides: dict) -> dict[str, Any] | str:
+    """What a specforge-cli cell's config says about the cell: profile, mode, whether the plug
+    prepares the inputs, and the shape keys (as the runs will see them: ``set:`` over the file);
+    or one line on why it cannot be one."""
+    if is_ours(train):
+        if train.get("mode") != "offline":
+            return ONLINE_OUT_OF_SCOPE
+        ours = dict(
+            accumulation_steps=pick(overrides, train, "training.accumulation_steps"),
+            num_anchors=pick(overrides, train, "training.num_anchors"),
+            attention_backend=pick({}, train, "model.attention_backend"),
+        )
+        if "training.attention_backend" in overrides:
+            ours["attention_backend"] = overrides["training.attention_backend"]
+        return dict(profile=train["profile"], mode="offline", inputs="prepared", **ours)
+    for section in ("model", "data", "training"):
+        if not isinstance(train.get(section), dict):
+            return (
+                f"neither one of our training configs (no top-level profile) nor a SpecForge run config "
+                f"(no '{section}' mapping)"
+            )
+    if not pick(overrides, train, "data.hidden_states_path"):
+        return ONLINE_OUT_OF_SCOPE
+    run_id = train.get("run_id")
+    return dict(
+        profile=str(run_id) if isinstance(run_id, str) and run_id.strip() else cfg_path.stem,
+        mode="offline",
+        inputs="user",
+        accumulation_steps=pick(overrides, train, "training.accumulation_steps") or 1,
+        num_anchors=pick(overrides, train, "training.num_anchors") or 512,  # SpecForge's defaults
+        attention_backend=pick(overrides, train, "training.attention_backend") or "flex_attention",
+    )
+
+
+def pick(overrides: dict, train: dict, dotted: str) -> Any:
+    """A setting as the run will see it: the cell's override, else the config file's value."""
+    if dotted in overrides:
+        return overrides[dotted]
+    node: Any = train
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node

@@ -1,0 +1,258 @@
+"""The SpecForge CLI as a trainer plug: the trainer users run (PyPI ``specforge``), measured by
+the same run loop as ours.
+
+Each run is ``specforge train -c CONFIG key=value ...`` started by the user's interpreter
+(``trainer_python``, else ``$SPECFORGE_PYTHON``, else the one behind ``specforge`` on PATH),
+as ``python -m specforge.cli`` under bench/trainers/specforge_run.py, which reads its step lines
+into metrics.jsonl. The arm is ``model.use_liger_kernel=true|false`` (always passed); the
+cell gives the batch size, sequence length and steps; the rest of the config is the user's
+own, untouched, or — for one of our training configs — the inputs this plug prepares offline
+with random weights (bench/trainers/specforge_inputs.py). The config is validated by SpecForge
+itself (``--plan``) before anything is written. Keys it owns: bench/config/upstream.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+import bench.trainers.outcome as outcome
+import bench.trainers.specforge_inputs as inputs
+from bench.arms import ARMS
+from bench.config import Cell, Run, SweepConfig
+from bench.errors import SweepError
+from bench.fileio import atomic_write_json, read_json, read_jsonl
+from bench.procs.launcher import now
+from bench.trainers.isolation import isolated_env, which_specforge
+from bench.trainers.specforge_run import OUTPUT
+
+CHECK_TIMEOUT_S = 120.0
+PYTHON_ENV = "SPECFORGE_PYTHON"
+
+
+def find_python(cfg: SweepConfig, env=os.environ) -> str:
+    """The user's SpecForge interpreter: trainer_python, $SPECFORGE_PYTHON, or the interpreter
+    named by the ``specforge`` script's first line on PATH; SweepError when none is named."""
+    if cfg.trainer_python:
+        return os.path.expanduser(cfg.trainer_python)
+    if env.get(PYTHON_ENV, "").strip():
+        return env[PYTHON_ENV].strip()
+    script = shutil.which("specforge", path=env.get("PATH"))
+    if script:
+        first = Path(script).read_bytes()[:512].split(b"\n", 1)[0].decode(errors="replace")
+        words = shlex.split(first[2:]) if first.startswith("#!") else []
+        if words:  # "#!/venv/bin/python" or "#!/usr/bin/env python3"
+            return words[1] if Path(words[0]).name == "env" and len(words) > 1 else words[0]
+    raise SweepError(
+        f"{cfg.path}: trainer_python: name your SpecForge environment's python "
+        f"(trainer_python: /path/to/venv/bin/python, or {PYTHON_ENV}=...); no specforge command on PATH"
+    )
+
+
+def refusal(text: str) -> str:
+    """SpecForge's one reason out of its traceback: the last exception's message; for a pydantic
+    validation error, the field and its message."""
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        head, _, message = lines[i].partition(": ")
+        if lines[i].startswith(" ") or not message or not head.endswith(("Error", "Exception")):
+            continue
+        if head.endswith("ValidationError") and i + 2 < len(lines):
+            return f"{lines[i + 1].strip()}: {lines[i + 2].strip().split(' [type=')[0]}"
+        return message
+    return lines[-1] if lines else "no output"
+
+
+@dataclass
+class SpecForgeCliPlug:
+    name: str = "specforge-cli"
+    info: dict = field(default_factory=dict)  # the machine (bench.probe.hardware.detect)
+    python: str | None = None
+    facts: dict | None = None  # what the user's environment holds (which_specforge)
+    _checked: set = field(default_factory=set)
+
+    # ------------------------------------------------------------ the user's environment
+
+    def interpreter(self, cfg: SweepConfig) -> str:
+        if self.python is None:
+            self.python = find_python(cfg)
+        return self.python
+
+    def env_facts(self, cfg: SweepConfig) -> dict:
+        if self.facts is None:
+            self.facts = which_specforge(self.interpreter(cfg), os.environ)
+        return self.facts
+
+    def missing_packages(self, cfg: SweepConfig) -> list[str]:
+        return []  # the user's environment is checked by check_cells, with SpecForge itself
+
+    def preload(self, cfg: SweepConfig) -> list[str]:
+        return []  # another interpreter: runs start afresh, never forked from the driver's server
+
+    def compile_key(self, cfg: SweepConfig, kind: str) -> str:
+        """The compile cache of the user's torch and Triton (never mixed with the driver's)."""
+        f = self.env_facts(cfg)
+        key = f"specforge-{f.get('version')}_torch-{f.get('torch')}_triton-{f.get('triton')}_{kind}"
+        return "".join(c if c.isalnum() or c in "._-" else "-" for c in key)
+
+    # ------------------------------------------------------------ commands
+
+    def overrides(self, cfg: SweepConfig, run: Run, rdir: Path) -> list[str]:
+        """``key=value`` for one run: the cell's `set:`, then the keys the driver owns."""
+        cell = run.cell
+        sets: dict = dict(cell.overrides)
+        if cfg.runs_on_cpu and "training.fsdp_sharding" not in sets:
+            sets["training.fsdp_sharding"] = "NO_SHARD"  # FSDP wraps nothing on the CPU
+        sets.update(
+            {
+                "model.use_liger_kernel": ARMS[run.arm].liger,
+                "training.batch_size": cell.batch_size,
+                "data.max_length": cell.seq_len,
+                "training.max_steps": cell.steps,
+                "training.log_interval": 1,
+                "training.save_interval": 0,
+                "training.eval_interval": 0,
+                "tracking.report_to": "none",
+                "profiling.enabled": False,
+                "deployment.trainer.nproc_per_node": cell.gpus,
+                "run_id": run.run_id,
+                "output_dir": str(rdir / OUTPUT),
+            }
+        )
+        if cell.prepared:
+            sets["data.hidden_states_path"] = str(rdir / "features")
+        return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sets.items()]
+
+    def samples_needed(self, cell: Cell) -> int:
+        return cell.steps * cell.batch_size * (cell.accumulation_steps or 1) * cell.gpus
+
+    def spec_command(self, cfg: SweepConfig, run: Run, rdir: Path, config: Path) -> list[str]:
+        return [
+            self.interpreter(cfg),
+            "-m",
+            "specforge.cli",
+            "train",
+            "-c",
+            str(config),
+            *self.overrides(cfg, run, rdir),
+        ]
+
+    def train_command(self, cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
+        cell = run.cell
+        wrap = [sys.executable, "-m", "bench.trainers.specforge_run", "--run-dir", str(rdir)]
+        wrap += ["--world", str(cell.gpus), "--seq-len", str(cell.seq_len)]
+        if cell.prepared and cache_dir is not None:
+            wrap += ["--features", str(cache_dir / "features"), "--samples", str(self.samples_needed(cell))]
+            config = cache_dir / "run.yaml"
+        else:
+            config = Path(cell.train_config).resolve()
+        return [*wrap, "--", *self.spec_command(cfg, run, rdir, config)]
+
+    def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
+        module = ["-m", "bench.trainers.specforge_inputs", cell.train_config]
+        return [sys.executable, *module, "--seq-len", str(cell.seq_len), "--output-dir", str(cache_dir)]
+
+    def cache_problem(self, cfg: SweepConfig, cell: Cell, out_dir: Path, cdir: Path) -> str | None:
+        return inputs.cache_problem(cdir, cell.seq_len)
+
+    # ------------------------------------------------------------ checks
+
+    def check_cells(self, cfg: SweepConfig, cells, out_dir: Path, cache_dir_for) -> None:
+        """The user's interpreter runs their SpecForge (not ours) with Liger where a Liger arm
+        runs; then SpecForge validates every cell and arm's config with every key a run gets
+        (``--plan``: nothing starts), before anything is written."""
+        facts = self.env_facts(cfg)
+        if not cfg.runs_on_cpu and any(ARMS[a].liger for a in cfg.arms) and not facts.get("liger_kernel"):
+            raise SweepError(
+                f"{cfg.path}: arms: the Liger arm needs liger-kernel in {self.python} "
+                "(pip install --no-deps liger-kernel)"
+            )
+        with tempfile.TemporaryDirectory(prefix="bench-specforge-check-") as tmp:
+            for cell in cells:
+                config = self._check_config(cell, Path(tmp))
+                for arm in cfg.arms:
+                    run = Run("check", cell, arm, 1, 0)
+                    argv = [*self.spec_command(cfg, run, out_dir / "runs" / "check", config), "--plan"]
+                    self._check_one(cfg, cell, argv)
+
+    def _check_config(self, cell: Cell, tmp: Path) -> Path:
+        if not cell.prepared:
+            return Path(cell.train_config).resolve()
+        path = tmp / f"{cell.cell_id}.yaml"
+        train = yaml.safe_load(Path(cell.train_config).read_text())
+        try:
+            path.write_text(yaml.safe_dump(inputs.run_config(train, cell.seq_len, tmp / "cache")))
+        except (ValueError, KeyError) as e:
+            raise SweepError(f"{cell.train_config}: cannot make SpecForge's inputs from it: {e}") from None
+        return path
+
+    def _check_one(self, cfg: SweepConfig, cell: Cell, argv: list[str]) -> None:
+        if tuple(argv) in self._checked:
+            return
+        self._checked.add(tuple(argv))
+        where = f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id})"
+        try:
+            r = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=CHECK_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+                env=isolated_env(os.environ),
+            )
+        except subprocess.TimeoutExpired:
+            raise SweepError(f"{where}: SpecForge's --plan did not answer in {CHECK_TIMEOUT_S:g} s") from None
+        if r.returncode != 0:
+            raise SweepError(f"{where}: SpecForge refuses the config: {refusal(r.stderr or r.stdout)}")
+
+    # ------------------------------------------------------------ reading the run back
+
+    def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> dict:
+        """run.json for a SpecForge run (SpecForge writes none): ok when it exited 0 with every
+        step logged; else the shared timeout / OOM / error classification."""
+        shutil.rmtree(rdir / OUTPUT, ignore_errors=True)  # the wrapper's job, unless it was killed
+        shutil.rmtree(rdir / "features", ignore_errors=True)
+        rows = read_jsonl(rdir / "metrics.jsonl")
+        facts = self.facts or {}
+        first = rows[0] if rows else {}
+        startup = None
+        if isinstance(first.get("elapsed_s"), float) and isinstance(first.get("step_time_s"), float):
+            startup = round(first["elapsed_s"] - first["step_time_s"], 3)
+        doc = {
+            "status": "ok",
+            "reason": None,
+            "arm": run.arm,
+            "start_time": started,
+            "end_time": now(),
+            "world_size": run.cell.gpus,
+            "exit_code": rc,
+            "trainer": {"name": self.name, "python": self.python, "specforge": facts.get("version")},
+            "config": {"train_config": run.cell.train_config, "set": run.cell.overrides},
+            "liger": {"enabled": ARMS[run.arm].liger, "version": facts.get("liger_kernel")},
+            "startup_s": startup,
+            "exit": read_json(rdir / "specforge.json"),
+            "provenance": {
+                "hostname": socket.gethostname(),
+                "gpu_names": self.info.get("gpu_names") or [],
+                "gpu_count": self.info.get("gpu_count"),
+                "git_commit": self.info.get("git_commit"),
+                **{k: facts.get(k) for k in ("torch", "transformers", "triton", "liger_kernel", "python")},
+            },
+        }
+        if rc != 0 or timed_out:
+            doc.update(outcome.failure(rdir, run, rc, timed_out))
+        else:
+            short = outcome.short_metrics(rdir, run)
+            if short:
+                doc.update(status="error", reason=short)
+        atomic_write_json(rdir / "run.json", doc)
+        return doc
