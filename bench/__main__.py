@@ -99,13 +99,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.trainers.isolation import embedded_env
+
+    # Every process the driver starts finds our trainer (not installed into site-packages) from
+    # any working directory; the user's SpecForge runs without it (isolated_env). Restored on
+    # return: a caller of main() in-process keeps its own environment.
+    before = os.environ.get("PYTHONPATH")
+    if embedded_env(os.environ).get("PYTHONPATH"):
+        os.environ["PYTHONPATH"] = embedded_env(os.environ)["PYTHONPATH"]
+    try:
+        return _main(argv)
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from bench.trainers.isolation import embedded_env
-
-        # Every process the driver starts finds our trainer (not installed into site-packages)
-        # from any working directory; the user's SpecForge runs without it (isolated_env).
-        os.environ.update(embedded_env(os.environ))
         if args.command in ("sweep", "capacity"):
             from bench.run.sweep import run_sweep
 

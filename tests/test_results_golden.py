@@ -45,7 +45,7 @@ PLOTTERS = [
 def test_the_committed_sweeps_are_all_here():
     names = {p.name for p in SWEEPS}
     assert {"h200", "h200-arms", "h200-capacity", "h200-capacity-seq", "h200-compile", "h200-noise"} <= names
-    assert {"h200-options", "h200x2-2node", "h200x2-scaling"} <= names
+    assert {"h200-options", "h200-specforge", "h200x2-2node", "h200x2-scaling"} <= names
 
 
 @pytest.fixture

@@ -309,3 +309,65 @@ def test_specforge_itself_refuses_a_bad_key_before_anything_is_written(tmp_path)
         .endswith("SpecForge refuses the config: override path 'training.bogus' does not exist")
     )
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- reading a run back
+
+
+def reconciled(tmp_path: Path, log: str, rows: int, rc: int, timed_out: bool) -> dict:
+    cfg = load_config(sweep(tmp_path, [{"config": TINY, "batch_size": 2, "seq_len": 128}]))
+    run = plan(cfg)[0]
+    rdir = tmp_path / "run"
+    (rdir / "specforge-out" / "x-step4").mkdir(parents=True)  # a checkpoint the wrapper never removed
+    (rdir / "stdout.log").write_text(log)
+    lines = [ln for ln in step_lines()[:rows]]
+    c = StepCollector(1, 128)
+    with (rdir / "metrics.jsonl").open("w") as f:
+        for i, ln in enumerate(lines):
+            for row in c.add(*parse_step_line(ln), elapsed_s=10.0 + i, t=1e9 + i):
+                f.write(json.dumps(row) + "\n")
+    doc = SpecForgeCliPlug(python="/py").reconcile(rdir, run, rc, timed_out, "2026-12-01T00:00:00+00:00")
+    assert json.loads((rdir / "run.json").read_text()) == doc
+    assert not (rdir / "specforge-out").exists()
+    return doc
+
+
+def test_a_finished_run_is_ok_with_its_startup(tmp_path):
+    doc = reconciled(tmp_path, "\n".join(step_lines()[:4]) + "\n", rows=4, rc=0, timed_out=False)
+    assert doc["status"] == "ok" and doc["reason"] is None and doc["arm"] == "baseline"
+    assert 9.0 < doc["startup_s"] < 10.0  # the first step's arrival minus its own time
+
+
+def test_a_run_that_exits_0_with_steps_missing_is_not_ok(tmp_path):
+    doc = reconciled(tmp_path, "", rows=2, rc=0, timed_out=False)
+    assert doc["status"] == "error" and "metrics.jsonl holds 2 of 4 steps" in doc["reason"]
+
+
+def test_an_out_of_memory_specforge_run_is_oom(tmp_path):
+    log = (
+        'step 1: ...\nTraceback (most recent call last):\n  File "trainer.py", line 9, in fit\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 139.81 GiB of which 1.2 GiB is free.\n"
+    )
+    doc = reconciled(tmp_path, log, rows=1, rc=1, timed_out=False)
+    assert doc["status"] == "oom" and doc["reason"] == "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def test_a_run_killed_at_its_timeout_says_at_which_step(tmp_path):
+    doc = reconciled(tmp_path, "\n".join(step_lines()[:2]), rows=2, rc=-15, timed_out=True)
+    assert doc["status"] == "timeout" and doc["reason"] == "timed out after 240 s at step 2/4"
+
+
+@pytest.mark.slow
+def test_capacity_probes_of_a_cli_cell_are_specforge_runs(tmp_path, capsys):
+    from bench.run.sweep import run_sweep
+
+    path = sweep(
+        tmp_path,
+        [{"config": TINY, "batch_size": 2, "seq_len": 128}],
+        capacity={"axis": "batch_size", "start": 2, "max": 8},
+        trainer_python=str(upstream_python()),
+    )
+    assert run_sweep(str(path), capacity=True, dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "-m specforge.cli train" in out and "training.batch_size=2" in out and "--samples 16" in out
