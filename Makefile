@@ -88,9 +88,10 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # Two workers (pytest-xdist, in the dev extra) when available: most tests wait on subprocesses.
+# worksteal: a worker that runs out of tests takes the other's (here 300 s -> 235 s on 2 cores).
 TEST_WORKERS ?= 2
 test: $(INSTALL)
-	$(PYTHON) -m pytest -q $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS)") tests
+	$(PYTHON) -m pytest -q $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -257,7 +257,7 @@ def test_both_trainers_run_one_sweep_on_the_cpu_through_the_real_specforge(tmp_p
         {"config": TINY, "batch_size": 2, "seq_len": 128},
         {"config": TINY, "batch_size": 2, "seq_len": 128, "trainer": "embedded"},
     ]
-    path = sweep(tmp_path, cells, trainer_python=str(python), steps=5)
+    path = sweep(tmp_path, cells, trainer_python=str(python), steps=5, fork_server=False)
     r = subprocess.run(
         [sys.executable, "-m", "bench", "sweep", str(path)],
         cwd=REPO,
