@@ -95,7 +95,7 @@ def test_bench_cpu_and_test_install_then_run(venv):
         ("bench-cpu", f"{venv}/bin/python -m bench sweep configs/cpu.yaml --resume"),
         (
             "test",
-            f"{venv}/bin/python -m pytest -q $({venv}/bin/python -c 'import xdist' 2>/dev/null && echo \"-n 2\") tests",
+            f"{venv}/bin/python -m pytest -q $({venv}/bin/python -c 'import xdist' 2>/dev/null && echo \"-n 2 --dist worksteal\") tests",
         ),
         (
             "bench",
@@ -148,7 +148,7 @@ def test_no_install_runs_only_the_command(target):
     lines = make(target, "INSTALL=", "PYTHON=python3")
     expected = {
         "bench": "config=$(python3 -m bench detect) && python3 -m bench sweep $config --resume",
-        "test": """python3 -m pytest -q $(python3 -c 'import xdist' 2>/dev/null && echo "-n 2") tests""",
+        "test": """python3 -m pytest -q $(python3 -c 'import xdist' 2>/dev/null && echo "-n 2 --dist worksteal") tests""",
     }.get(target) or f"python3 -m bench sweep {SWEEPS[target]} --resume"
     assert lines == [expected]
 
