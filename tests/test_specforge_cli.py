@@ -371,3 +371,14 @@ def test_capacity_probes_of_a_cli_cell_are_specforge_runs(tmp_path, capsys):
     assert run_sweep(str(path), capacity=True, dry_run=True) == 0
     out = capsys.readouterr().out
     assert "-m specforge.cli train" in out and "training.batch_size=2" in out and "--samples 16" in out
+
+
+def test_the_kernel_attribution_refuses_a_specforge_cli_cell(tmp_path, capsys):
+    from bench.__main__ import main
+
+    path = sweep(tmp_path, [{"config": TINY, "batch_size": 2, "seq_len": 128}])
+    assert main(["kernels", str(path), "--out", str(tmp_path / "k")]) == 2
+    assert (
+        "cells[0]: kernels times our trainer's draft modules; trainer specforge-cli"
+        in capsys.readouterr().err
+    )

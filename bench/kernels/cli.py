@@ -76,6 +76,12 @@ def _load_specforge_config(config: str | Path) -> SweepConfig:
             f"{cfg.path}: trainer_module: kernels times specforge's draft modules; "
             f"{cfg.trainer_module!r} is not supported"
         )
+    other = next((c for c in cfg.cells if c.trainer != "embedded"), None)
+    if other is not None:
+        raise SweepError(
+            f"{cfg.path}: cells[{other.entry}]: kernels times our trainer's draft modules; trainer "
+            f"{other.trainer} is not supported (its Δ is in the sweep's report)"
+        )
     return cfg
 
 
