@@ -102,28 +102,28 @@ format: install
 # Pick the sweep config from the detected hardware (A100, H100/H200, MI300X/MI355X, none -> CPU);
 # when none fits, `bench detect` says why and exits 2, and so does make.
 bench: $(INSTALL)
-	config=$$($(RUN_ENV)$(PYTHON) -m bench detect) && $(SWEEP) $$config $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+	config=$$($(RUN_ENV)$(PYTHON) -m bench detect) && $(SWEEP) $$config $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
 
 bench-cpu: $(INSTALL)
-	$(SWEEP) configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+	$(SWEEP) configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
 
 # The named GPU targets install for their vendor's stack, whatever this machine's detection says.
 bench-a100:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
-	$(SWEEP) configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+	$(SWEEP) configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
 
 bench-h200:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
-	$(SWEEP) configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+	$(SWEEP) configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
 
 bench-mi355x:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=rocm)
-	$(SWEEP) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out $(OUT))
+	$(SWEEP) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
 
 # make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir]
 compare: $(INSTALL)
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=path/to/summary.csv B=path/to/summary.csv [OUT=dir]" >&2; exit 2; }
-	$(PYTHON) -m bench compare $(A) $(B) $(if $(OUT),--out $(OUT))
+	$(PYTHON) -m bench compare '$(A)' '$(B)' $(if $(OUT),--out '$(OUT)')
 
 clean-venv:
 	rm -rf $(VENV) $(SPECFORGE_VENV)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -217,18 +218,51 @@ def _build(cls: type, raw: Any, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's floats (``6e-4`` is a number, not YAML 1.1's string)
+    and duplicate keys refused (PyYAML keeps the last silently). The driver reads configs the
+    same way (bench/config/yamlio.py; the trainer imports nothing of the driver)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's float (1e3, 3e-3, .5, .inf, .nan), tried after the int resolver as PyYAML orders them.
+_FLOAT_RE = re.compile(
+    r"^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_Loader.yaml_implicit_resolvers = {
+    c: [r for r in rs if r[0] != _FLOAT_TAG] + ([(_FLOAT_TAG, _FLOAT_RE)] if c in "-+0123456789." else [])
+    for c, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 def load_yaml(path: str | Path) -> dict:
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file; expected a YAML config") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}: malformed YAML{at}") from None
+        problem = getattr(e, "problem", None)
+        what = problem if problem and problem.startswith("duplicate key") else "malformed YAML"
+        raise ConfigError(f"{path}: {what}{at}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

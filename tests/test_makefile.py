@@ -137,7 +137,7 @@ def test_bench_on_amd_installs_rocm_extras(venv, rocm):
 
 def test_out_and_sweep_flags(venv):
     lines = make("bench-h200", f"VENV={venv}", "OUT=/tmp/x", "SWEEP_FLAGS=--force")
-    assert lines[-1] == f"{venv}/bin/python -m bench sweep configs/h200.yaml --force --out /tmp/x"
+    assert lines[-1] == f"{venv}/bin/python -m bench sweep configs/h200.yaml --force --out '/tmp/x'"
 
 
 # -- INSTALL= PYTHON=python3: nothing installed --------------------------------------------
@@ -294,3 +294,14 @@ def test_bench_stops_when_detect_finds_no_config(tmp_path):
     )
     assert r.returncode != 0
     assert log.read_text().splitlines() == ["bogus|-m bench detect"]  # no sweep without a config
+
+
+def test_an_out_directory_with_a_space_reaches_the_driver_whole(tmp_path):
+    out = tmp_path / "dir with space"
+    r = subprocess.run(
+        ["make", "--no-print-directory", "bench-cpu", "INSTALL=", f"PYTHON={sys.executable}", f"OUT={out}",
+         "SWEEP_FLAGS=--dry-run"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"-> {out}   [dry run" in r.stdout

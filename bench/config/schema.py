@@ -37,6 +37,9 @@ MAX_PRIME_RUNS = 3
 MAX_POLL_INTERVAL_S = 1.0
 MAX_PAIRS = 100
 MAX_CAPACITY = 2**20
+MAX_STEPS = 1_000_000  # optimizer steps per run
+MAX_RUNS = 10_000  # runs a sweep may plan (cells x arms x pairs), refused before anything is written
+NAME_MAX = 255  # a run directory's name, in bytes (the usual file-name limit)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,10 +108,10 @@ class SweepKeys:
     contrasts: Pairs = key(
         [], doc="arm-vs-arm comparisons beside each arm-vs-baseline one: [[arm, reference]]"
     )
-    repeats: int = key(3, ge=1, doc="pairs per cell without a precision target")
+    repeats: int = key(3, ge=1, doc=f"pairs per cell without a precision target (at most {MAX_PAIRS})")
     order: str = key("interleaved", choices=ORDERS, doc="the arms in config order, or shuffled per pair")
     order_seed: int = key(0, doc="the seed of the shuffled order")
-    steps: int = key(ge=1, doc="optimizer steps per run")
+    steps: int = key(ge=1, doc=f"optimizer steps per run (at most {MAX_STEPS})")
     warmup_steps: int = key(ge=0, doc="steps dropped before measuring (fewer than steps)")
     timeout_s: float = key(600.0, gt=0, doc="a run's wall-clock limit")
     prepare_timeout_s: float = key(600.0, gt=0, doc="an offline cache's preparation's wall-clock limit")

@@ -1,6 +1,6 @@
 """Sweep configs: load and validate one, expand its cells, into a SweepConfig.
 
-A sweep config (YAML, parsed with ``yaml.safe_load``) names the hardware it is meant for, the
+A sweep config (YAML, parsed by bench/config/yamlio.py: YAML 1.2 floats, no duplicate keys) names the hardware it is meant for, the
 trainer to launch, the A/B arms, and a list of cells. Each cell entry expands to
 ``batch_size x seq_len x gpus_per_run`` cells, and each cell to ``arms x repeats`` runs
 (bench/config/plan.py orders them). The keys are declared in bench/config/schema.py and
@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 import bench.config.typed as typed
+import bench.config.yamlio as yamlio
 from bench.arms import ARMS, DRIVER_KEYS
 from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for
 from bench.config.schema import (
@@ -33,7 +34,10 @@ from bench.config.schema import (
     MAX_PAIRS,
     MAX_POLL_INTERVAL_S,
     MAX_PRIME_RUNS,
+    MAX_RUNS,
+    MAX_STEPS,
     MODES,
+    NAME_MAX,
     CapacityKeys,
     CellKeys,
     PrecisionKeys,
@@ -68,8 +72,10 @@ def load_config(path: str | Path) -> SweepConfig:
         raise SweepError(f"{path}: no such sweep config file") from None
     except OSError as e:
         raise SweepError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise SweepError(f"{path}: not a text file; expected a YAML sweep config") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yamlio.load(text)
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: not valid YAML: {_yaml_problem(e)}") from None
     return validate(raw, path)
@@ -94,6 +100,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
         resolved_cells.append(resolved_cell)
         cells += entry_cells
     _check_unique(cells, fail)
+    _check_sizes(top, cells, fail)
     resolved = {**typed.as_dict(top), "cells": resolved_cells}
     return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved)
 
@@ -111,6 +118,10 @@ def _check_top(top: SweepKeys, fail: Fail) -> SweepKeys:
         )
     typed.check_choice(top, "order", "", fail)
     typed.check_choice(top, "trainer", "", fail)
+    if top.repeats > MAX_PAIRS:
+        raise fail(f"repeats: expected at most {MAX_PAIRS} pairs per cell, got {top.repeats}")
+    if top.steps > MAX_STEPS:
+        raise fail(f"steps: expected at most {MAX_STEPS} optimizer steps per run, got {top.steps}")
     if top.warmup_steps >= top.steps:
         raise fail(
             f"warmup_steps: {top.warmup_steps} leaves no steady-state steps; expected less than steps ({top.steps})"
@@ -287,6 +298,27 @@ def _check_unique(cells: list[Cell], fail: Fail) -> None:
         seen[cell.cell_id] = cell.entry
 
 
+def _check_sizes(top: SweepKeys, cells: list[Cell], fail: Fail) -> None:
+    """Refuse, before anything is written, a plan too large to run or to name: more than MAX_RUNS
+    runs, or a run directory's name longer than the file system allows."""
+    pairs = max(c.precision.max_pairs if c.precision else top.repeats for c in cells)
+    suffix = max(len(f"_r{pairs}"), len(f"_prime{top.prime_runs}"))  # runs/ and prime/ directories
+    runs = len(cells) * len(top.arms) * pairs
+    if runs > MAX_RUNS:
+        raise fail(
+            f"cells: {len(cells)} cells x {len(top.arms)} arms x {pairs} pairs = {runs} runs; at most {MAX_RUNS}"
+        )
+    for c in cells:
+        if c.steps > MAX_STEPS:
+            raise fail(f"cells[{c.entry}].steps: expected at most {MAX_STEPS}, got {c.steps}")
+        longest = max(len(f"{c.cell_id}_{arm}".encode()) for arm in top.arms) + suffix
+        if longest > NAME_MAX:
+            raise fail(
+                f"cells[{c.entry}]: its run directories' names would be {longest} bytes, over the "
+                f"file system's {NAME_MAX}; shorten the label or the profile name"
+            )
+
+
 def _sweep_config(
     path: Path,
     top: SweepKeys,
@@ -381,7 +413,11 @@ def _find_train_config(given: str, sweep_path: Path, fail: Fail, where: str) -> 
 def _read_train_config(cfg_path: Path, fail: Fail, where: str, ours: bool = True) -> dict:
     """The training config as a mapping; ``ours``: one of our trainer's (a profile and a mode)."""
     try:
-        train = yaml.safe_load(cfg_path.read_text())
+        train = yamlio.load(cfg_path.read_text())
+    except UnicodeDecodeError:
+        raise fail(
+            f"{where}.config: {str(cfg_path)!r} is not a text file; expected a YAML training config"
+        ) from None
     except (OSError, yaml.YAMLError) as e:
         problem = _yaml_problem(e) if isinstance(e, yaml.YAMLError) else e.strerror
         raise fail(f"{where}.config: cannot read training config {str(cfg_path)!r}: {problem}") from None

@@ -59,6 +59,10 @@ _VALUES = {
 def load_summary(path: str | Path) -> pd.DataFrame:
     """A summary table from a summary.csv or runs.csv; ValueError (one line, naming the file) otherwise."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(
+            f"{path}: is a directory; expected a summary.csv or runs.csv (e.g. {path / 'summary.csv'})"
+        )
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
     try:

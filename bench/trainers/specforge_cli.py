@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+import bench.config.yamlio as yamlio
 import bench.trainers.outcome as outcome
 import bench.trainers.specforge_inputs as inputs
 from bench.arms import ARMS
@@ -188,7 +189,7 @@ class SpecForgeCliPlug:
         if not cell.prepared:
             return Path(cell.train_config).resolve()
         path = tmp / f"{cell.cell_id}.yaml"
-        train = yaml.safe_load(Path(cell.train_config).read_text())
+        train = yamlio.load(Path(cell.train_config).read_text())
         try:
             path.write_text(yaml.safe_dump(inputs.run_config(train, cell.seq_len, tmp / "cache")))
         except (ValueError, KeyError) as e:

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+import bench.config.yamlio as yamlio
 from bench.fileio import atomic_write_json
 
 FORMAT = 1
@@ -42,7 +43,7 @@ def load_profile(train: dict) -> dict:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in PROFILES.glob("*.yaml")))
         raise ValueError(f"unknown profile {train['profile']!r} (known: {known})")
-    return yaml.safe_load(path.read_text())
+    return yamlio.load(path.read_text())
 
 
 def _dtype(train: dict) -> str:
@@ -215,9 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-dir", required=True)
     args = ap.parse_args(argv)
     try:
-        train = yaml.safe_load(Path(args.train_config).read_text())
+        train = yamlio.load(Path(args.train_config).read_text())
         meta = write_inputs(train, args.seq_len, Path(args.output_dir))
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, yaml.YAMLError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {len(meta['files'])} files ({meta['num_samples']} samples) into {args.output_dir}")
