@@ -923,8 +923,11 @@ def test_vram_json_atomic_and_schema(tmp_path, monkeypatch):
         "driver_version",
         "partitioned",
         "physical_count",
+        "memory_api",
         "devices",
+        "processes",
     }
+    assert on_disk["memory_api"] == "nvml_v1" and on_disk["processes"] == []  # the fake has neither
     assert set(on_disk["devices"][0]) == {
         "index",
         "name",
@@ -933,6 +936,7 @@ def test_vram_json_atomic_and_schema(tmp_path, monkeypatch):
         "peak_used_gib",
         "peak_delta_gib",
         "partition",
+        "reserved_gib",
         "state",
     }
     assert on_disk["interval_s"] == INTERVAL and on_disk["state_interval_s"] == 1.0

@@ -104,6 +104,39 @@ class AmdSmiBackend(_Fields):
     def used_bytes(self) -> list[int]:
         return [self._used(h) for h in self._handles]
 
+    memory_api = "amdsmi"  # amdsmi_get_gpu_memory_usage(VRAM), else vram_usage's vram_used
+
+    def reserved_bytes(self) -> list[int | None]:
+        return [None] * self.count  # AMD SMI reports no driver reserve apart
+
+    def _process(self, handle: Any, entry: Any) -> dict | None:
+        """``{pid, used_bytes}`` of one process-list entry: a dict (ROCm 6.4 and later: pid and
+        memory_usage.vram_mem in bytes) or a process handle (6.0-6.3: its amdsmi_get_gpu_process_info)."""
+        info = entry if isinstance(entry, dict) else self._smi.amdsmi_get_gpu_process_info(handle, entry)
+        if not isinstance(info, dict) or not isinstance(info.get("pid"), int):
+            return None
+        usage = info.get("memory_usage") if isinstance(info.get("memory_usage"), dict) else {}
+        used = _number(usage.get("vram_mem"), sentinels=_AMD_SENTINELS)
+        return {"pid": info["pid"], "used_bytes": None if used is None else int(used)}
+
+    def processes(self) -> list[list[dict]]:
+        """Per card, the processes holding memory there, ``{pid, used_bytes}`` (never raises)."""
+        out = []
+        for h in self._handles:
+            rows = []
+            try:
+                for entry in self._smi.amdsmi_get_gpu_process_list(h):
+                    try:
+                        row = self._process(h, entry)
+                    except Exception:
+                        continue
+                    if row is not None:
+                        rows.append(row)
+            except Exception:
+                pass
+            out.append(rows)
+        return out
+
     def _clock(self, handle: Any, clk_type: Any) -> float | None:
         try:
             info = self._smi.amdsmi_get_clock_info(handle, clk_type)

@@ -1,8 +1,14 @@
-"""NVIDIA cards through NVML (the pynvml module of nvidia-ml-py): ``NvmlBackend``."""
+"""NVIDIA cards through NVML (the pynvml module of nvidia-ml-py): ``NvmlBackend``.
+
+Used memory is NVML's v2 memory call (``nvmlDeviceGetMemoryInfo_v2``) where the driver has it:
+its ``used`` excludes the memory the driver reserves on every card (0.5–0.9 GiB, which
+nvidia-smi does not show either), reported apart as ``reserved``. Without v2 (older drivers)
+it is the v1 call, whose ``used`` includes that reserve; ``memory_api`` says which.
+"""
 
 from __future__ import annotations
 
-from bench.probe.backends import _Fields, _import_quietly, _read, _text
+from bench.probe.backends import _Fields, _import_quietly, _number, _read, _text
 
 
 class NvmlBackend(_Fields):
@@ -22,13 +28,33 @@ class NvmlBackend(_Fields):
         except BaseException:
             self.close()
             raise
+        self._v2 = self._has_v2()
+        self.memory_api = "nvml_v2" if self._v2 else "nvml_v1"
+
+    def _has_v2(self) -> bool:
+        version = getattr(self._nv, "nvmlMemory_v2", None)
+        if version is None or not self._handles:
+            return False
+        try:
+            self._nv.nvmlDeviceGetMemoryInfo(self._handles[0], version=version)
+            return True
+        except Exception:  # a driver without nvmlDeviceGetMemoryInfo_v2
+            return False
+
+    def _memory(self, handle):
+        nv = self._nv
+        return (
+            nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2)
+            if self._v2
+            else nv.nvmlDeviceGetMemoryInfo(handle)
+        )
 
     def devices(self) -> list[dict]:
         nv = self._nv
         out = []
         for i, h in enumerate(self._handles):
             name = self._field(f"card {i} name", nv.nvmlDeviceGetName, h)
-            mem = self._field(f"card {i} memory info", nv.nvmlDeviceGetMemoryInfo, h)
+            mem = self._field(f"card {i} memory info", self._memory, h)
             out.append(
                 {
                     "index": i,
@@ -41,7 +67,32 @@ class NvmlBackend(_Fields):
         return out
 
     def used_bytes(self) -> list[int]:
-        return [int(self._nv.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles]
+        return [int(self._memory(h).used) for h in self._handles]
+
+    def reserved_bytes(self) -> list[int | None]:
+        """The driver's reserve per card (v2 only; None with v1, where it is inside ``used``)."""
+        if not self._v2:
+            return [None] * self.count
+        return [_number(getattr(self._memory(h), "reserved", None)) for h in self._handles]
+
+    def processes(self) -> list[list[dict]]:
+        """Per card, the processes holding memory there: ``{pid, used_bytes}`` (compute and
+        graphics contexts; ``used_bytes`` None where NVML cannot say, e.g. under some containers)."""
+        nv = self._nv
+        out = []
+        for h in self._handles:
+            seen: dict[int, int | None] = {}
+            for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                try:
+                    procs = getattr(nv, name)(h)
+                except Exception:
+                    continue
+                for p in procs:
+                    pid, used = int(p.pid), _number(getattr(p, "usedGpuMemory", None))
+                    if pid not in seen or (used is not None and (seen[pid] or 0) < used):
+                        seen[pid] = None if used is None else int(used)
+            out.append([{"pid": pid, "used_bytes": used} for pid, used in seen.items()])
+        return out
 
     def state(self) -> list[dict]:
         nv = self._nv

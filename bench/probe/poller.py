@@ -20,6 +20,7 @@ from typing import Any
 from bench.fileio import atomic_write_json
 from bench.probe.backends import GIB, STATE_FIELDS, Backend, _one_line
 from bench.probe.opener import open_backend
+from bench.probe.processes import ProcessLog
 
 FLUSH_EVERY_S = 1.0
 
@@ -78,6 +79,8 @@ class VramPoller:
         self._thread: threading.Thread | None = None
         self._started = False
         self._summary: dict | None = None
+        self._procs = ProcessLog()
+        self._reserved: list[int | None] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -98,6 +101,8 @@ class VramPoller:
             self._state = [{f: [] for f in STATE_FIELDS} for _ in self._devices]
             self._state_n = [0] * len(self._devices)
             self._driver = self._backend.driver_version()
+            self._reserved = self._read("reserved_bytes") or []
+            self._procs.add(self._read("processes"), "before")
             self._take_baseline()
             self._thread = threading.Thread(target=self._loop, name="vram-poller", daemon=True)
             self._thread.start()
@@ -159,6 +164,7 @@ class VramPoller:
                     "peak_used_gib": _gib(peak),
                     "peak_delta_gib": _gib(delta),
                     "partition": dev.get("partition"),
+                    "reserved_gib": _gib(self._reserved[i]) if i < len(self._reserved) else None,
                     "state": state,
                 }
             )
@@ -174,7 +180,9 @@ class VramPoller:
             "driver_version": self._driver,
             "partitioned": any(d.get("partition") for d in self._devices),
             "physical_count": getattr(self._backend, "physical_count", None),
+            "memory_api": getattr(self._backend, "memory_api", None),
             "devices": devices,
+            "processes": self._procs.summary(),
         }
 
     # -- sampling ----------------------------------------------------------------------
@@ -186,6 +194,15 @@ class VramPoller:
         self.errors += 1
         if self.reason is None:
             self.reason = line[:300]
+
+    def _read(self, what: str) -> list | None:
+        """``backend.<what>()`` (reserved_bytes, processes), None where it fails or is absent."""
+        fn = getattr(self._backend, what, None)
+        try:
+            return fn() if fn is not None else None
+        except Exception as err:
+            self._error(err)
+            return None
 
     def _take_baseline(self) -> None:
         rows = []
@@ -216,6 +233,7 @@ class VramPoller:
             self._error(err)
             return
         self.n_state_samples += 1
+        self._procs.add(self._read("processes"), "during")
         # Also a timed row in <name>.jsonl, so aggregation can take the state over a run's measured
         # steps alone (a run's start, with its cards idle, would otherwise weigh in the medians).
         self._buffer.append(
