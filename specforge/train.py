@@ -250,16 +250,24 @@ def _reduce(t: torch.Tensor, op) -> torch.Tensor:
     return t
 
 
-def _peak_memory(device: torch.device) -> tuple[float | None, float | None]:
-    """The allocator's peaks so far, max over ranks; None on the CPU (no such allocator)."""
+def _peak_memory(device: torch.device) -> tuple[float | None, float | None, int | None, int | None]:
+    """The allocator's peaks so far (GiB) and its health: how often it had to free its cache and
+    retry an allocation (``num_alloc_retries``: slow steps, a near-OOM) and the OOMs it caught;
+    max over ranks; None on the CPU (no such allocator)."""
     if device.type != "cuda":
-        return None, None
+        return None, None, None, None
+    stats = torch.cuda.memory_stats(device)
     peaks = torch.tensor(
-        [torch.cuda.max_memory_allocated(device) / GIB, torch.cuda.max_memory_reserved(device) / GIB],
+        [
+            torch.cuda.max_memory_allocated(device) / GIB,
+            torch.cuda.max_memory_reserved(device) / GIB,
+            float(stats.get("num_alloc_retries", 0)),
+            float(stats.get("num_ooms", 0)),
+        ],
         device=device,
     )
-    alloc, reserved = _reduce(peaks, dist.ReduceOp.MAX).tolist()
-    return alloc, reserved
+    alloc, reserved, retries, ooms = _reduce(peaks, dist.ReduceOp.MAX).tolist()
+    return alloc, reserved, int(retries), int(ooms)
 
 
 def _compile_times() -> dict[str, float]:
@@ -463,7 +471,7 @@ def _step_row(
     started: float,
 ) -> dict:
     """One optimizer step's metrics.jsonl row (docs/run-contract.md)."""
-    alloc, reserved = _peak_memory(env.device)
+    alloc, reserved, retries, ooms = _peak_memory(env.device)
     return {
         "step": step + 1,
         "loss": stats[0].item(),
@@ -477,6 +485,8 @@ def _step_row(
         "grad_norm": grad_norm,
         "torch_peak_allocated_gib": alloc,
         "torch_peak_reserved_gib": reserved,
+        "alloc_retries": retries,  # cumulative since the process started
+        "alloc_ooms": ooms,
         "model_tflops": step_flops / 1e12,
         "mfu": step_flops / dt / (peak * 1e12 * env.world) if peak else None,
         "elapsed_s": round(time.time() - started, 3),  # process start -> end of this step
