@@ -22,6 +22,12 @@ except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback
     sys.exit(2)
 
 
+RETRY_HELP = (
+    "resume, and first re-run whole every round (one run of each arm of a cell, back to back) that holds "
+    "a run which ended in error, timeout or oom; skipped runs and other rounds' ok runs stay"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="DFlash x Liger A/B benchmark sweeps."
@@ -57,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"delete the output directory's {write} and results (keeps cache/)",
         )
         p.add_argument("--dry-run", action="store_true", help=f"print {first}; write nothing")
+        if name == "sweep":
+            p.add_argument("--retry-failed", action="store_true", help=RETRY_HELP)
 
     p = sub.add_parser("report", help="rebuild CSVs, plots and report.md from a sweep's run directories")
     p.add_argument("dir", help="sweep output directory (holds runs/)")
@@ -129,6 +137,7 @@ def _main(argv: list[str] | None) -> int:
                 force=args.force,
                 dry_run=args.dry_run,
                 capacity=args.command == "capacity",
+                retry_failed=getattr(args, "retry_failed", False),
             )
         if args.command == "report":
             from bench.run.console import report

@@ -2,23 +2,44 @@
 
 A sweep may be killed at any moment (even ``kill -9``): whole files are written to a
 temporary sibling and renamed into place, so a reader sees the old file or the new one,
-never half of one; JSON-lines files are appended a line at a time and flushed, and readers
-skip a torn last line.
+never half of one; the new file gets the mode a file written in place would (0o666 less the
+umask: under umask 022 others on a shared machine can read the results). JSON-lines files
+are appended a line at a time and flushed, and readers skip a torn last line.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
 
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """A new temporary sibling of ``path``, opened for writing with mode 0o666 less the umask.
+
+    Not tempfile.mkstemp: it creates 0o600, so every result would be private to its owner on a
+    shared machine. O_CREAT|O_EXCL with 0o666 lets the kernel apply the process umask (and a
+    directory's default ACL) as for any new file, with no need to read the umask (os.umask sets
+    it to read it: process-wide, racy with the poller's thread)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666
+            ), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (temporary sibling, fsync, rename); the new file's mode
+    honours the umask, like a file written in place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -26,7 +47,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

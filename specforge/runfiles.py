@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import os
 import re
-import tempfile
+import secrets
 from pathlib import Path
 
 from .config import ConfigError
@@ -26,10 +26,25 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """A new temporary sibling of ``path`` opened for writing, mode 0o666 less the umask (the
+    kernel applies it: tempfile.mkstemp would make it 0o600, private on a shared machine)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666
+            ), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: a reader sees the old file or the new one, never half."""
+    """Replace ``path`` with ``data``: a reader sees the old file or the new one, never half.
+    The new file's mode honours the umask, like a file written in place."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -37,7 +52,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -250,22 +250,15 @@ def _reduce(t: torch.Tensor, op) -> torch.Tensor:
     return t
 
 
-def _peak_memory(device: torch.device) -> tuple[float | None, float | None, int | None, int | None]:
-    """The allocator's peaks so far (GiB) and its health: how often it had to free its cache and
-    retry an allocation (``num_alloc_retries``: slow steps, a near-OOM) and the OOMs it caught;
-    max over ranks; None on the CPU (no such allocator)."""
+def _peak_memory(device: torch.device) -> tuple:
+    """The allocator's peaks so far (GiB) and its health: how often it freed its cache to retry an
+    allocation (slow steps, a near-OOM) and the OOMs it caught; max over ranks; None on the CPU."""
     if device.type != "cuda":
         return None, None, None, None
     stats = torch.cuda.memory_stats(device)
-    peaks = torch.tensor(
-        [
-            torch.cuda.max_memory_allocated(device) / GIB,
-            torch.cuda.max_memory_reserved(device) / GIB,
-            float(stats.get("num_alloc_retries", 0)),
-            float(stats.get("num_ooms", 0)),
-        ],
-        device=device,
-    )
+    peak_gib = [torch.cuda.max_memory_allocated(device) / GIB, torch.cuda.max_memory_reserved(device) / GIB]
+    counts = [float(stats.get("num_alloc_retries", 0)), float(stats.get("num_ooms", 0))]
+    peaks = torch.tensor(peak_gib + counts, device=device)
     alloc, reserved, retries, ooms = _reduce(peaks, dist.ReduceOp.MAX).tolist()
     return alloc, reserved, int(retries), int(ooms)
 

@@ -25,6 +25,8 @@ Behaviours are chosen with --set keys:
 and from the environment (so that one sweep of a config can differ from another):
     FAKE_BLOCK_AFTER_RUNS=N  block forever before step 1 once N runs of the sweep have finished
                              (a test kills the driver there: a deterministic point mid-sweep)
+    FAKE_FAIL_RUNS=a,b       runs whose output directory is named a or b crash before step 1
+                             (exit 1): a transient failure that the next sweep need not repeat
 The loss depends only on the step and the seed, so both arms agree (loss parity).
 """
 
@@ -163,6 +165,8 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
     if rank == 0:
         atomic_write_json(out / "run.json", run)
     _block_after_runs(out)
+    if out.name in os.environ.get("FAKE_FAIL_RUNS", "").split(","):
+        raise RuntimeError(f"fake transient failure of {out.name} (FAKE_FAIL_RUNS)")
     if fake.get("spawn_child"):
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     hang_at = fake.get("hang_at_step") or (1 if fake.get("hang") else None)

@@ -101,7 +101,10 @@ def test_warmup_is_dropped_and_step_time_stats(tmp_path):
     assert row.s_per_step_p10 == pytest.approx(np.percentile(steady, 10))
     assert row.s_per_step_p90 == pytest.approx(np.percentile(steady, 90))
     assert row.samples_per_s == pytest.approx(20 / 55)
-    assert row.status == "ok" and pd.isna(row.note)
+    # ok and counted; its last step (10 s against a median of 5.5 s) is flagged as an outlier
+    assert row.status == "ok" and row.note.startswith(
+        "unstable: step 15 took 10 s, 1.8x the run's median 5.5 s"
+    )
 
 
 def test_throughput_is_total_work_over_total_time(tmp_path):
@@ -480,3 +483,40 @@ def test_time_saved_per_step_and_per_sample_is_paired_and_in_milliseconds():
     assert per_step.pct == pytest.approx(103.333, abs=1e-3) and per_step.lo < per_step.pct < per_step.hi
     assert per_sample.pct == pytest.approx(1000 / 8 - 1000 / 10)  # 25 ms a sample
     assert per_sample.lo == pytest.approx(per_sample.hi)  # no spread between pairs
+
+
+def test_a_foreign_process_on_the_cards_flags_the_run_and_keeps_it_counted(tmp_path):
+    vram = {
+        "status": "ok",
+        "backend": "nvml",
+        "memory_api": "nvml_v2",
+        "devices": [
+            {
+                "index": 0,
+                "name": "H200",
+                "peak_used_gib": 30.0,
+                "baseline_used_gib": 0.5,
+                "peak_delta_gib": 29.5,
+            }
+        ],
+        "processes": [
+            {"card": 0, "pid": 4242, "owner": "foreign", "first_seen": "before", "max_used_gib": 12.5},
+            {"card": 0, "pid": 99, "owner": "suite", "first_seen": "during", "max_used_gib": 29.0},
+        ],
+    }
+    row = one_run(tmp_path, times=[1.0] * 4, vram=vram)
+    assert row.status == "ok" and row.samples_per_s > 0
+    assert row.note == (
+        "another process held memory on the cards: pid 4242 on card 0 (foreign, 12.50 GiB, seen before the run); "
+        "its numbers may be disturbed"
+    )
+
+
+def test_allocator_retries_are_said():
+    from bench.results.records import _retries
+
+    assert _retries(pd.DataFrame({"alloc_retries": [0.0, 0.0, 3.0]})) == (
+        "the allocator retried 3 allocation(s) after freeing its cache (slower steps, near OOM)"
+    )
+    assert _retries(pd.DataFrame({"alloc_retries": [0.0, 0.0]})) is None
+    assert _retries(pd.DataFrame({"alloc_retries": [float("nan")]})) is None  # the CPU, or SpecForge

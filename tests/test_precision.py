@@ -103,7 +103,11 @@ def test_resume_of_a_killed_adaptive_sweep_reaches_the_same_decision(tmp_path):
 
     aa = pd.read_csv(killed / "summary.csv").set_index("arm").loc["aa"]
     assert aa.delta_samples_per_s_pct_ci95_low <= 0 <= aa.delta_samples_per_s_pct_ci95_high, summary
-    assert aa.verdict_speed.startswith("A/A check passed: CI contains 0")
+    # it passes only at a half-width within the target; this pilot's spread asked for more pairs than the cap
+    if aa.delta_samples_per_s_halfwidth_pct <= PRECISION["ci_halfwidth_pct"]:
+        assert aa.verdict_speed.startswith("A/A check passed: CI contains 0")
+    else:
+        assert aa.verdict_speed.endswith("wider than the ±1 target: inconclusive"), aa.verdict_speed
     assert (
         aa.ci_method == "Stein two-stage (pilot of 3 pairs)"
         and aa.n_pairs == a["precision"][aa.cell_id]["decision"]["pairs"]

@@ -7,7 +7,10 @@ from __future__ import annotations
 METRIC_FIELDS = [
     "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s",
     "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu", "elapsed_s", "time",
+    "alloc_retries",
 ]  # fmt: skip
+# A steady step this many times its run's median step time is an outlier (hyperfine warns alike).
+OUTLIER_RATIO = 1.5
 # Read-only GPU state of the run's busiest card, sampled by the poller: min/median/max over the
 # measured steps (vram.jsonl's timed state rows against metrics' "time"), else over the whole run
 # (vram.json); state_window says which.

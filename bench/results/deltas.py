@@ -152,14 +152,27 @@ def delta_columns(
         }
     )
     row.update(_memory_and_time(base_ok, ok, min_pairs, equivalence_pct))
-    if arm == AA and not math.isnan(sps.lo):  # the baseline against itself: a check, not a finding
-        ok_aa = sps.lo <= 0 <= sps.hi
-        row["verdict_speed"] = (
-            f"A/A check passed: CI contains 0 (±{sps.halfwidth:.2f} points)"
-            if ok_aa
-            else "A/A check FAILED: CI excludes 0 (a false positive: the suite's noise is underestimated)"
-        )
+    if arm == AA and ref == BASELINE:  # the baseline against itself: a check, not a finding
+        aa_target = target["ci_halfwidth_pct"] if target else equivalence_pct
+        row["verdict_speed"] = aa_verdict(sps, min_pairs, aa_target, row["verdict_speed"])
     return row
+
+
+def aa_verdict(sps: stats.Delta, min_pairs: int, target_pct: float, speed: str) -> str:
+    """The A/A check's verdict (docs/method.md): the small-n rules of every arm first (``speed``,
+    the arm's own verdict, says "too few pairs (n): ..." below ``min_pairs``), then FAILED when the
+    CI excludes 0, and passed only when it contains 0 and is no wider than ``target_pct`` (the
+    cell's precision target, else equivalence_pct): a wide CI contains 0 whatever the noise."""
+    if math.isnan(sps.pct) or speed.startswith(("too few pairs", "n/a")):
+        return f"A/A check not passed: {speed}"
+    if not sps.lo <= 0 <= sps.hi:
+        return "A/A check FAILED: CI excludes 0 (a false positive: the suite's noise is underestimated)"
+    if sps.halfwidth > target_pct:
+        return (
+            f"A/A check not passed: CI ±{sps.halfwidth:.2f} points wider than the ±{target_pct:g} target: "
+            "inconclusive"
+        )
+    return f"A/A check passed: CI contains 0 (±{sps.halfwidth:.2f} points)"
 
 
 def _memory_and_time(

@@ -1,15 +1,22 @@
 """Typed run records: one run directory (cell.json, run.json, metrics.jsonl, vram.json and
 vram.jsonl) read into a RunRecord, and a record turned into its runs.csv row (run_row: the one
-definition of a run's throughput, its memory peaks, startup costs, GPU state and provenance).
+definition of a run's throughput, its memory peaks, startup costs, GPU state and provenance,
+and of which runs enter the statistics: in_statistics).
+
+A run's identity (cell, arm, repeat) is its directory's name, checked against sweep.json's
+planned run order and cell.json; a run failing the check is an error, never a run of another
+arm. A planned run with no directory in a round that has run directories is a "not run" record.
 
 File layout and schemas: docs/run-contract.md. Numbers are kept at full precision here.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +30,7 @@ from bench.results.columns import (
     CELL_COLUMNS,
     DEFAULT_TRAINER,
     METRIC_FIELDS,
+    OUTLIER_RATIO,
     STATE_FIELDS,
     VRAM_PER_CARD_COLUMNS,
 )
@@ -31,6 +39,13 @@ NAN = float("nan")
 _REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")
 _WORD_ARM_RE = re.compile(r"^(?P<cell_id>.+)_(?P<arm>[A-Za-z0-9]+)$")
 _ARMS_LONGEST_FIRST = sorted(ARM_NAMES, key=len, reverse=True)
+# cell.json's keys that say which run it is and how many steps are warm-up: checked, never guessed.
+IDENTITY_KEYS = ("run_id", "cell_id", "arm", "repeat", "warmup_steps")
+# metrics.jsonl's fields a throughput is computed from: each null or a finite number >= 0.
+THROUGHPUT_FIELDS = ("step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s")
+NOT_RUN = "not run"
+NOT_RUN_REASON = "planned in sweep.json, no run directory (not run yet, or its directory was removed)"
+_JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 
 
 def parse_run_id(run_id: str) -> dict[str, str] | None:
@@ -51,46 +66,59 @@ def parse_run_id(run_id: str) -> dict[str, str] | None:
 
 @dataclass
 class RunRecord:
-    """Everything one run directory holds; missing files are empty ({} / no rows / None)."""
+    """Everything one run directory holds; missing files are empty ({} / no rows / None). A
+    cell.json that fails the identity check is kept out ({}), and ``flag`` says why."""
 
     run_dir: Path
     cell: dict[str, Any]
     run: dict[str, Any]
     metrics: pd.DataFrame  # one row per optimizer step (METRIC_FIELDS), sorted by step
     vram: dict[str, Any] | None
+    flag: tuple[str, str] | None = None  # (status, reason) instead of run.json's: error, or not run
+    bad_metric: str | None = None  # the first bad throughput value in metrics.jsonl ("step 3: ...")
+    planned_index: int | None = None  # the run's position in sweep.json's planned order
 
     def _from_id(self, key: str) -> str | None:
         parsed = parse_run_id(self.run_id)
-        return parsed[key] if parsed else None
+        return parsed[key] if parsed else self.cell.get(key)  # a name that is no run id: cell.json's
 
     @property
     def run_id(self) -> str:
-        return str(self.cell.get("run_id") or self.run_dir.name)
+        return self.run_dir.name
 
     @property
     def cell_id(self) -> str | None:
-        return self.cell.get("cell_id") or self._from_id("cell_id")
+        return self._from_id("cell_id")
 
     @property
-    def trainer(self) -> str:
-        """The trainer plug that ran it; a cell.json from before the key existed: ours."""
-        return str(self.cell.get("trainer") or DEFAULT_TRAINER)
+    def trainer(self) -> str | None:
+        """The trainer plug that ran it; a cell.json from before the key existed: ours; no
+        trusted cell.json: unknown (None)."""
+        return str(self.cell.get("trainer") or DEFAULT_TRAINER) if self.cell else None
 
     @property
     def arm(self) -> str | None:
-        return self.cell.get("arm") or self.run.get("arm") or self._from_id("arm")
+        return self._from_id("arm")
 
     @property
     def repeat(self) -> int | None:
-        rep = self.cell.get("repeat", self._from_id("repeat"))
+        rep = self._from_id("repeat")
         return None if rep is None else int(rep)
 
     @property
+    def order_index(self) -> Any:
+        return self.cell.get("order_index") if self.cell else self.planned_index
+
+    @property
     def status(self) -> str:
+        if self.flag:
+            return self.flag[0]
         return str(self.run.get("status") or ("missing" if not self.run else "unknown"))
 
     @property
     def reason(self) -> str | None:
+        if self.flag:
+            return self.flag[1]
         if not self.run:
             if (self.run_dir / "run.json").exists():
                 return "run.json is not valid JSON (a torn write, or not written by a trainer)"
@@ -108,29 +136,117 @@ class RunRecord:
         return m[(m["step"] > self.warmup_steps) & m["step_time_s"].notna()]
 
 
-def _load_metrics(path: Path) -> pd.DataFrame:
-    df = pd.DataFrame.from_records(read_jsonl(path), columns=METRIC_FIELDS)
+def _identity_problem(d: Path, cell: Any, plan: Sequence[str] | None) -> str | None:
+    """Why the run in directory ``d`` cannot be counted as the run its name says, or None: a run
+    sweep.json did not plan, a cell.json missing, unreadable, not an object, lacking an identity
+    key or naming another run (its run_id is the directory's name; its cell_id, arm and repeat
+    those the name says, where it is a run id: a priming or profiling run's is not)."""
+    problems = []
+    if plan is not None and d.name not in plan:
+        problems.append("not in sweep.json's planned run order")
+    if cell is None:
+        exists = (d / "cell.json").exists()
+        problems.append(
+            "cell.json is not a JSON object (empty, torn or not JSON)" if exists else "cell.json missing"
+        )
+    elif not isinstance(cell, dict):
+        problems.append(f"cell.json is {_JSON_TYPES.get(type(cell), 'not an object')}, not an object")
+    elif lacking := [k for k in IDENTITY_KEYS if k not in cell]:
+        problems.append(f"cell.json lacks {', '.join(lacking)}")
+    else:
+        named = {"run_id": d.name, **(parse_run_id(d.name) or {})}
+        problems += [
+            f"cell.json says {k} {cell[k]!r}, the directory {want!r}"
+            for k, want in named.items()
+            if str(cell[k]) != str(want)
+        ]
+    return "; ".join(problems) or None
+
+
+def _load_metrics(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(rows, columns=METRIC_FIELDS)
     df = df.apply(pd.to_numeric, errors="coerce").astype(float).dropna(subset=["step"])
     return df.drop_duplicates("step", keep="last").sort_values("step").reset_index(drop=True)
 
 
-def load_run(d: Path) -> RunRecord:
-    """The record of one run directory."""
+def _bad_metric(rows: list[dict]) -> str | None:
+    """The first value a throughput is computed from (THROUGHPUT_FIELDS) that is not null and
+    not a finite number >= 0, as ``step 3: step_time_s = -0.2``; None when there is none."""
+    for row in rows:
+        for f in THROUGHPUT_FIELDS:
+            v = row.get(f)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                return f"step {json.dumps(row.get('step'))}: {f} = {json.dumps(v)}"
+    return None
+
+
+def _object(doc: Any) -> dict | None:
+    return doc if isinstance(doc, dict) else None
+
+
+def load_run(d: Path, plan: Sequence[str] | None = None) -> RunRecord:
+    """The record of one run directory; ``plan``: sweep.json's planned run order to check it
+    against (None: no plan)."""
+    cell = read_json(d / "cell.json")
+    problem = _identity_problem(d, cell, plan)
+    rows = read_jsonl(d / "metrics.jsonl")
     return RunRecord(
         run_dir=d,
-        cell=read_json(d / "cell.json") or {},
-        run=read_json(d / "run.json") or {},
-        metrics=_load_metrics(d / "metrics.jsonl"),
-        vram=read_json(d / "vram.json"),
+        cell={} if problem else cell,
+        run=_object(read_json(d / "run.json")) or {},
+        metrics=_load_metrics(rows),
+        vram=_object(read_json(d / "vram.json")),
+        flag=("error", f"{problem}: its cell, arm and repeat are unconfirmed") if problem else None,
+        bad_metric=_bad_metric(rows),
+        planned_index=list(plan).index(d.name) if plan and d.name in plan else None,
     )
 
 
+def planned_order(sweep_dir: str | Path) -> list[str] | None:
+    """sweep.json's planned run order (the driver's, as the precision rule extended it); None
+    when there is none to check against (no sweep.json, or a capacity search's empty order)."""
+    doc = read_json(Path(sweep_dir) / "sweep.json")
+    order = doc.get("order") if isinstance(doc, dict) else None
+    return [str(r) for r in order] if isinstance(order, list) and order else None
+
+
+def _not_run(runs_dir: Path, plan: list[str], records: list[RunRecord]) -> list[RunRecord]:
+    """A "not run" record per planned run with no directory whose round (cell, repeat) has run
+    directories: a round the sweep has not reached (or that was removed whole) is no gap."""
+    have = {r.run_id for r in records}
+    rounds = {(r.cell_id, r.repeat) for r in records}
+    out = []
+    for i, run_id in enumerate(plan):
+        parsed = parse_run_id(run_id)
+        if run_id in have or not parsed or (parsed["cell_id"], int(parsed["repeat"])) not in rounds:
+            continue
+        out.append(
+            RunRecord(
+                run_dir=runs_dir / run_id, cell={}, run={}, metrics=_load_metrics([]), vram=None,
+                flag=(NOT_RUN, NOT_RUN_REASON), planned_index=i,
+            )
+        )  # fmt: skip
+    return out
+
+
 def load_runs(sweep_dir: str | Path) -> list[RunRecord]:
-    """One record per directory under ``<sweep_dir>/runs``, in run order (order_index, run_id)."""
+    """One record per directory under ``<sweep_dir>/runs`` and per planned run missing from a
+    round that has run directories (_not_run), in run order (order_index, run_id)."""
     runs_dir = Path(sweep_dir) / "runs"
     dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
-    records = [load_run(d) for d in dirs]
-    return sorted(records, key=lambda r: (fmt.num(r.cell.get("order_index"), math.inf), r.run_id))
+    plan = planned_order(sweep_dir)
+    records = [load_run(d, plan) for d in dirs]
+    records += _not_run(runs_dir, plan or [], records)
+    return sorted(records, key=lambda r: (fmt.num(r.order_index, math.inf), r.run_id))
+
+
+def in_statistics(runs: pd.DataFrame) -> pd.Series:
+    """Which runs.csv rows enter the statistics (summary.csv, the Δ columns): the ok runs whose
+    throughput run_row measured; an ok run it leaves out (too few steps, a bad value in
+    metrics.jsonl) has a note saying why and no samples/s."""
+    return (runs["status"] == "ok") & runs["samples_per_s"].notna()
 
 
 def vram_devices(vram: dict | None) -> pd.DataFrame:
@@ -278,12 +394,12 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         "trainer": rec.trainer,
         "arm": rec.arm,
         "repeat": rec.repeat,
-        "order_index": rec.cell.get("order_index"),
+        "order_index": rec.order_index,
         "status": rec.status,
         "reason": rec.reason,
         "steps_total": len(m),
-        "warmup_steps": rec.warmup_steps,
-        "steps_measured": len(steady),
+        "warmup_steps": rec.warmup_steps if rec.cell else None,  # no trusted cell.json: unknown
+        "steps_measured": len(steady) if rec.cell else None,
         **_summarize_vram(rec.vram),
         **_window_state(rec),
         **_startup(rec),
@@ -295,11 +411,16 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
     }
     note = None
     planned = rec.cell.get("steps")
-    if rec.status != "ok":
+    if rec.flag:
+        if len(m):
+            note = f"{len(m)} step(s) logged (run.json: {rec.run.get('status') or 'no status'}); excluded from stats"
+    elif rec.status != "ok":
         if len(m):
             note = f"{len(m)} step(s) logged before status '{rec.status}'; excluded from stats"
     elif m.empty:
         note = "no metrics logged"
+    elif rec.bad_metric:
+        note = f"metrics.jsonl {rec.bad_metric}, not a finite number >= 0: excluded from throughput stats"
     elif isinstance(planned, int) and len(m) < planned:
         note = f"only {len(m)} of {planned} steps in metrics.jsonl: excluded from throughput stats"
     elif len(steady) < 2:
@@ -311,5 +432,50 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         row.update(_step_stats(steady))
     if rec.status == "ok" and not m.empty:
         row["loss_last"], row["accuracy_last"] = m["loss"].iloc[-1], m["accuracy"].iloc[-1]
-    row["note"] = note
+    counted = note is None  # the allocator and outlier warnings are about runs in the statistics
+    warnings = [w for w in (_foreign(rec.vram), *((_retries(m), _outlier(steady)) if counted else ())) if w]
+    row["note"] = "; ".join([note, *warnings] if note else warnings) or None
     return row
+
+
+def _foreign(vram: dict | None) -> str | None:
+    """Processes not of the suite that held memory on the polled cards (vram.json's processes)."""
+    procs = [
+        p for p in (vram or {}).get("processes") or [] if isinstance(p, dict) and p.get("owner") != "suite"
+    ]
+    if not procs:
+        return None
+    seen = ", ".join(
+        f"pid {p.get('pid')} on card {p.get('card')} ({p.get('owner')}, {fmt.f(p.get('max_used_gib'), '.2f')} GiB, "
+        f"seen {p.get('first_seen')} the run)"
+        for p in procs[:3]
+    )
+    more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
+    return f"another process held memory on the cards: {seen}{more}; its numbers may be disturbed"
+
+
+def _retries(m: pd.DataFrame) -> str | None:
+    """The caching allocator had to free its cache and retry (slow steps; an OOM is near)."""
+    retries = m["alloc_retries"].max() if len(m) else NAN
+    if not retries or math.isnan(retries):
+        return None
+    return (
+        f"the allocator retried {int(retries)} allocation(s) after freeing its cache (slower steps, near OOM)"
+    )
+
+
+def _outlier(steady: pd.DataFrame) -> str | None:
+    """The steady step furthest over OUTLIER_RATIO x the run's median step time, if any."""
+    t = steady["step_time_s"].dropna()
+    if len(t) < 3:
+        return None
+    median = t.median()
+    worst = t.idxmax()
+    if not median > 0 or t[worst] <= OUTLIER_RATIO * median:
+        return None
+    step = int(steady.loc[worst, "step"])
+    return (
+        f"unstable: step {step} took {t[worst]:.3g} s, {t[worst] / median:.1f}x the run's median "
+        f"{median:.3g} s: a disturbed machine or a warm-up not over (its clocks are in this row; "
+        "raise warmup_steps if it is always an early step)"
+    )

@@ -13,7 +13,7 @@ from bench import fmt
 from bench.arms import BASELINE
 from bench.results.columns import PARITY_CRITERION
 from bench.results.parity import loss_parity_gaps
-from bench.results.records import RunRecord
+from bench.results.records import RunRecord, in_statistics
 
 MAIN_TABLE_HEADER = [
     "profile", "mode", "batch", "seq", "gpus", "arm", "runs ok", "samples/s", "s/step", "peak VRAM (GiB, polled)",
@@ -39,11 +39,14 @@ def _delta_cell(point: Any, lo: Any, hi: Any, spec: str, unit: str, extra: str =
     return text if fmt.isnan(lo) else f"{text} [{fmt.f(lo, spec)}, {fmt.f(hi, spec)}]"
 
 
+def _why(r: Any) -> str:
+    """A runs.csv row's reason, else its note (an ok run left out of the statistics says why there)."""
+    return r.reason if pd.notna(r.reason) else r.note if pd.notna(r.note) else "no reason recorded"
+
+
 def _not_run_reasons(runs: pd.DataFrame, cell_id: Any, arm: Any) -> str:
-    g = runs[(runs["cell_id"] == cell_id) & (runs["arm"] == arm) & (runs["status"] != "ok")]
-    reasons = dict.fromkeys(
-        f"{r.status}: {r.reason if pd.notna(r.reason) else 'no reason recorded'}" for r in g.itertuples()
-    )
+    g = runs[(runs["cell_id"] == cell_id) & (runs["arm"] == arm) & ~in_statistics(runs)]
+    reasons = dict.fromkeys(f"{r.status}: {_why(r)}" for r in g.itertuples())
     return f"no ok run ({'; '.join(reasons)})" if reasons else "no ok run"
 
 

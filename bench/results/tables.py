@@ -26,7 +26,7 @@ from bench.results.columns import (
     VRAM_PER_CARD_COLUMNS,
 )
 from bench.results.deltas import delta_columns
-from bench.results.records import RunRecord, run_row, vram_devices
+from bench.results.records import RunRecord, in_statistics, run_row, vram_devices
 
 NAN = float("nan")
 
@@ -75,7 +75,8 @@ def join_unique(s: pd.Series) -> str | None:
 def summary_table(
     runs_df: pd.DataFrame, precision: dict[str, dict] | None = None, equivalence_pct: float = 1.0
 ) -> pd.DataFrame:
-    """summary.csv: one row per (cell_id, arm), statistics over its ok runs, deltas vs baseline.
+    """summary.csv: one row per (cell_id, arm), statistics over its ok runs that enter the
+    statistics (records.in_statistics; n_ok counts them), deltas vs baseline.
 
     ``precision``: per cell_id, the sweep's precision target (ci_halfwidth_pct, min_pairs,
     max_pairs); ``equivalence_pct``: differences inside ±this are reported as "within".
@@ -83,17 +84,17 @@ def summary_table(
     """
     precision = precision or {}
     df = with_trainer(runs_df.reindex(columns=RUNS_COLUMNS))
-    ok_all = df[df["status"] == "ok"]
+    ok_all = df[in_statistics(df)]
     cells = list(dict.fromkeys(df["cell_id"]))
     rows = []
     for (cell_id, arm), g in df.groupby(["cell_id", "arm"], sort=False, dropna=False):
-        ok = g[g["status"] == "ok"]
+        ok = g[in_statistics(g)]
         sps = mean_ci(ok["samples_per_s"])
         sps_step = mean_ci(ok["s_per_step_mean"])
-        prov = ok if len(ok) else g
+        prov = ok if len(ok) else g  # shape and provenance: a run without a trusted cell.json has none
         row = {
             "cell_id": cell_id,
-            **{c: _first(g[c]) for c in CELL_COLUMNS},
+            **{c: _first(prov[c]) for c in CELL_COLUMNS},
             "arm": arm,
             "n_runs": len(g),
             "n_ok": len(ok),
@@ -141,9 +142,11 @@ def contrast_table(
     log-ratios (no stopping rule of its own: the rounds are those the baseline comparisons
     planned; verdicts need 3 pairs)."""
     df = with_trainer(runs_df.reindex(columns=RUNS_COLUMNS))
-    ok_all = df[df["status"] == "ok"]
+    ok_all = df[in_statistics(df)]
     rows = []
     for cell_id, g in df.groupby("cell_id", sort=False, dropna=False):
+        shape = ok_all[ok_all["cell_id"] == cell_id]
+        shape = shape if len(shape) else g
         for arm, ref in contrasts:
             a_all, r_all = g[g["arm"] == arm], g[g["arm"] == ref]
             if a_all.empty and r_all.empty:
@@ -152,7 +155,7 @@ def contrast_table(
             r_ok = ok_all[(ok_all["cell_id"] == cell_id) & (ok_all["arm"] == ref)]
             row = {
                 "cell_id": cell_id,
-                **{c: _first(g[c]) for c in CELL_COLUMNS},
+                **{c: _first(shape[c]) for c in CELL_COLUMNS},
                 "arm": arm,
                 "reference": ref,
             }

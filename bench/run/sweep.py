@@ -7,7 +7,8 @@ a cell, back to back, in an order drawn from the sweep's seed. Without a precisi
 cell runs ``repeats`` pairs; with one, every cell runs a pilot of ``precision.min_pairs`` pairs,
 then Stein's rule (bench/results/stats.py) fixes how many more it needs. The decision depends
 only on the pilot's finished runs, so ``--resume`` after a kill at any moment reaches the same
-decision and redoes only the run in flight.
+decision and redoes only the run in flight. ``--retry-failed`` reopens the rounds that hold a
+failed run (error, timeout, oom) and re-runs each whole, so its arms run back to back again.
 """
 
 from __future__ import annotations
@@ -23,14 +24,18 @@ from bench.procs.launcher import reap_stale
 from bench.results import aggregate
 from bench.run import capacity as search  # the capacity loop, a user of the same Session
 from bench.run import console, dryrun, preflight
+from bench.run.caches import clear_staging
 from bench.run.execute import quietly
 from bench.run.session import Session
 from bench.run.sweepdir import (
+    RETRYABLE,
     cache_dir_for,
     check_out_dir,
     check_out_path,
     clear_results,
+    failed_rounds,
     is_finished,
+    reopen_rounds,
     run_dir,
     take_lock,
     update_sweep_json,
@@ -47,11 +52,17 @@ def run_sweep(
     dry_run: bool = False,
     argv: list[str] | None = None,
     capacity: bool = False,
+    retry_failed: bool = False,
 ) -> int:
     """Run (or resume) a sweep — or, with ``capacity``, the config's capacity search
-    (bench/run/capacity.py); returns the exit status. Bad input raises SweepError before anything
-    is written."""
+    (bench/run/capacity.py); returns the exit status. ``retry_failed``: a resume that first
+    reopens the rounds holding a failed run (bench/run/sweepdir.py failed_rounds). Bad input
+    raises SweepError before anything is written."""
     cfg = load_config(config_path)
+    if retry_failed and (force or capacity):
+        what = "--force starts the sweep over" if force else "a capacity search's OOMs are its answers"
+        raise SweepError(f"--retry-failed re-runs a sweep's failed rounds; {what}")
+    resume = resume or retry_failed
     if resume and force:
         raise SweepError(
             "--resume and --force exclude each other: --resume finishes a sweep, --force starts it over"
@@ -70,12 +81,15 @@ def run_sweep(
         plug.check_cells(cfg, [c for c in cfg.cells if c.trainer == trainer], out_dir, cache_dir_for)
     info = preflight.detect()
     problem = preflight.hardware_problem(cfg, info)
+    retried = failed_rounds(out_dir) if retry_failed else []
     if dry_run:
         (
             dryrun.print_capacity_plan(cfg, out_dir, problem)
             if capacity
             else dryrun.print_plan(cfg, runs, out_dir, problem)
         )
+        if retry_failed:
+            print(retry_line(retried, "would re-run"))
         return 0
     if problem:
         raise SweepError(problem)
@@ -83,18 +97,26 @@ def run_sweep(
     preflight.check_launcher(cfg)
     previous = check_out_dir(cfg, out_dir, resume, force)
     argv = argv if argv is not None else ["python", "-m", "bench", *sys.argv[1:]]
-    return _locked(cfg, runs, out_dir, info, previous, argv, force, capacity)
+    return _locked(cfg, runs, out_dir, info, previous, argv, force, capacity, retry_failed)
 
 
-def _locked(cfg, runs, out_dir: Path, info: dict, previous, argv, force: bool, capacity: bool) -> int:
-    """The part that writes: under the sweep directory's lock, after reaping what a dead driver left."""
+def _locked(
+    cfg, runs, out_dir: Path, info: dict, previous, argv, force: bool, capacity: bool, retry: bool = False
+) -> int:
+    """The part that writes: under the sweep directory's lock, after reaping what a dead driver
+    left (its processes, and the staging directories of the cache preparations it was running)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = take_lock(out_dir)
     try:
         reap_stale(out_dir)
+        clear_staging(out_dir / "cache")
         if force:
             clear_results(out_dir)
-        write_sweep_json(cfg, runs, out_dir, info, previous, argv)
+        retried = failed_rounds(out_dir) if retry else []  # under the lock: what is on disk now
+        write_sweep_json(cfg, runs, out_dir, info, previous, argv, retried)
+        if retry:
+            print(retry_line(retried, "re-running"), flush=True)
+            reopen_rounds(out_dir, retried)
         if cfg.poll_vram:
             warning = quietly("VRAM preflight", vram.preflight)
             if warning:
@@ -138,6 +160,23 @@ def execute_sweep(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict)
         )
         return 1
     return rc
+
+
+def retry_line(rounds: list[dict], verb: str) -> str:
+    """What --retry-failed reopens, in one line: each failed round, whole, and its failed runs."""
+    if not rounds:
+        return "--retry-failed: no run ended in error, timeout or oom; nothing to re-run"
+    n_runs = sum(len(r["runs"]) for r in rounds)
+    shown = "; ".join(
+        f"{r['cell_id']} r{r['repeat']} ("
+        + ", ".join(f"{v['arm']} {v['status']}" for v in r["runs"].values() if v["status"] in RETRYABLE)
+        + ")"
+        for r in rounds[:4]
+    ) + (f"; and {len(rounds) - 4} more" if len(rounds) > 4 else "")
+    return (
+        f"--retry-failed: {verb} {len(rounds)} round(s) whole, {n_runs} runs (every arm of a round again, "
+        f"back to back; ok runs of other rounds kept): {shown}"
+    )
 
 
 def run_pending(session: Session, runs: list[Run]) -> None:

@@ -1,4 +1,5 @@
-"""The sweep directory: its lock, which runs are finished, resume checks, --force, sweep.json.
+"""The sweep directory: its lock, which runs are finished, resume checks, --force, the rounds
+--retry-failed reopens, sweep.json.
 
 A sweep may create, replace or delete only what it can prove is its own: sweep.json, the
 aggregation outputs, runs/ and cache/ (docs/run-contract.md lists the layout).
@@ -34,6 +35,45 @@ def is_finished(rdir: Path) -> bool:
         return True  # never launched: skipped or recorded by the driver
     rec = read_json(launch)
     return isinstance(rec, dict) and "exit_code" in rec
+
+
+# A run that ended so can be re-run by --retry-failed (a skipped run is the machine's answer:
+# its reason, e.g. no GPU for Liger, holds on every retry).
+RETRYABLE = ("error", "timeout", "oom")
+
+
+def failed_rounds(out_dir: Path) -> list[dict]:
+    """The rounds (one run of each arm of a cell, back to back: cell.json's cell_id and repeat)
+    holding a run whose status is error, timeout or oom, in run order; each
+    ``{cell_id, repeat, runs: {run_id: {arm, status, reason}}}`` with every run of the round."""
+    rounds: dict[tuple[str, int], dict] = {}
+    runs_dir = out_dir / "runs"
+    for rdir in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
+        cell, doc = read_json(rdir / "cell.json"), read_json(rdir / "run.json")
+        if not isinstance(cell, dict) or not isinstance(cell.get("repeat"), int) or "cell_id" not in cell:
+            continue
+        doc = doc if isinstance(doc, dict) else {}
+        key = (str(cell["cell_id"]), cell["repeat"])
+        r = rounds.setdefault(key, {"cell_id": key[0], "repeat": key[1], "runs": {}, "first": 1 << 30})
+        r["runs"][rdir.name] = {
+            "arm": cell.get("arm"),
+            "status": doc.get("status"),
+            "reason": doc.get("reason"),
+        }
+        if isinstance(cell.get("order_index"), int):
+            r["first"] = min(r["first"], cell["order_index"])
+    failed = [r for r in rounds.values() if any(v["status"] in RETRYABLE for v in r["runs"].values())]
+    failed.sort(key=lambda r: (r["first"], r["cell_id"], r["repeat"]))
+    return [{k: v for k, v in r.items() if k != "first"} for r in failed]
+
+
+def reopen_rounds(out_dir: Path, rounds: list[dict]) -> None:
+    """Delete every run of these rounds (ok ones too: a round is re-run whole, its arms back to
+    back again), the failed runs last: killed half-way, the round still shows as failed."""
+    for r in rounds:
+        runs = sorted(r["runs"], key=lambda rid: r["runs"][rid]["status"] in RETRYABLE)
+        for run_id in runs:
+            shutil.rmtree(out_dir / "runs" / run_id, ignore_errors=True)
 
 
 def run_dir(out_dir: Path, run: Run) -> Path:
@@ -124,8 +164,9 @@ def clear_results(out_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def write_sweep_json(cfg, runs, out_dir, info, previous, argv) -> None:
-    """sweep.json at (re)start: config, planned order, command line, hardware, earlier resumes."""
+def write_sweep_json(cfg, runs, out_dir, info, previous, argv, retried: list[dict] | None = None) -> None:
+    """sweep.json at (re)start: config, planned order, command line, hardware, earlier resumes
+    (each with the rounds its --retry-failed re-ran, ``retried``, and why)."""
     now = _now()
     doc = {
         "name": cfg.name,
@@ -145,9 +186,20 @@ def write_sweep_json(cfg, runs, out_dir, info, previous, argv) -> None:
     }
     if previous:
         doc["created"] = previous.get("created", now)
+        # the rounds Stein's rule added stay planned until it decides again (bench/run/sweep.py)
+        later = [
+            rid for rid in previous.get("order") or [] if isinstance(rid, str) and rid not in doc["order"]
+        ]
+        doc["order"] += later
         doc["resumes"] = [
             *previous.get("resumes", []),
-            {"time": now, "argv": list(argv), "hardware": info, "git_commit": doc["git_commit"]},
+            {
+                "time": now,
+                "argv": list(argv),
+                "hardware": info,
+                "git_commit": doc["git_commit"],
+                **({"retried": retried} if retried else {}),
+            },
         ]
     atomic_write_json(out_dir / "sweep.json", doc)
 
