@@ -113,3 +113,29 @@ def test_compare_given_a_directory_says_so(tmp_path, capsys):
         err
         == f"error: {tmp_path}: is a directory; expected a summary.csv or runs.csv (e.g. {tmp_path}/summary.csv)"
     )
+
+
+def test_a_hardware_override_naming_a_gpu_the_machine_lacks_is_refused_up_front(
+    tmp_path, monkeypatch, capsys
+):
+    from bench.__main__ import main
+    from bench.probe import hardware
+
+    monkeypatch.setenv("BENCH_HARDWARE", "h200")
+    info = {
+        "kind": "h200",
+        "kind_source": "BENCH_HARDWARE",
+        "gpu_count": 0,
+        "gpu_names": [],
+        "vendor": "none",
+    }
+    assert hardware.check_hardware(["h100", "h200"], info).startswith(
+        "BENCH_HARDWARE=h200 names a GPU kind, but this machine has no GPU"
+    )
+    real_gpu = {**info, "gpu_count": 1, "gpu_names": ["NVIDIA H100 NVL"]}  # an override on a real GPU stands
+    assert hardware.check_hardware(["h100", "h200"], real_gpu) is None
+    monkeypatch.setattr(hardware, "detect", lambda: info)
+    out = tmp_path / "out"
+    assert main(["sweep", str(CONFIGS / "h200.yaml"), "--out", str(out)]) == 2
+    assert "names a GPU kind, but this machine has no GPU" in capsys.readouterr().err
+    assert not out.exists()

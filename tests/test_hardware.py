@@ -224,7 +224,7 @@ def test_bad_bench_hardware_is_one_line(machine, monkeypatch, capsys):
     )
     with pytest.raises(SystemExit) as exit_:
         main_detect()
-    assert exit_.value.code == 2 and capsys.readouterr().err.strip() == msg
+    assert exit_.value.code == 2 and capsys.readouterr().err.strip() == f"error: {msg}"
 
 
 @pytest.mark.parametrize(

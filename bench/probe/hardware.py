@@ -207,6 +207,11 @@ def check_hardware(
     if "cpu" in wanted or "any" in wanted:
         return None
     info = detect() if info is None else info
+    if info.get("kind_source") == ENV_OVERRIDE and info.get("kind") != "cpu" and not info.get("gpu_count"):
+        return (
+            f"{ENV_OVERRIDE}={info.get('kind')} names a GPU kind, but this machine has no GPU; "
+            "unset it (make HARDWARE=) to run here"
+        )
     if info.get("kind") in wanted:
         return None
     return f"{config or 'this sweep config'} is for {'/'.join(wanted)} GPUs but this machine has {describe(info)}"
@@ -218,7 +223,7 @@ def main_detect() -> int:
         info = detect()
         path = config_for(info["kind"], describe(info))
     except HardwareError as err:
-        print(err, file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     print(path)
     return 0
