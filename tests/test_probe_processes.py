@@ -154,3 +154,35 @@ def test_vram_json_says_what_used_counts_and_who_held_the_cards(tmp_path, monkey
     assert [d["peak_used_gib"] for d in summary["devices"]] == [4.0, 1.0]  # without the reserve
     owners = {(p["card"], p["owner"], p["first_seen"]) for p in summary["processes"]}
     assert owners == {(0, "foreign", "before"), (1, "suite", "before")}
+
+
+def test_foreign_processes_lists_only_the_others(monkeypatch):
+    from bench.probe import vram
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(procs={0: [(1, 2 * GIB), (os.getpid(), GIB)]}))
+    assert vram.foreign_processes() == [
+        {"card": 0, "pid": 1, "owner": "foreign", "first_seen": "before", "max_used_gib": 2.0}
+    ]
+
+
+def test_refuse_makes_a_run_an_error_while_another_process_holds_the_cards(tmp_path, monkeypatch):
+    """foreign_processes: refuse, through the real run loop with the test suite's fake trainer."""
+    from bench.probe import vram
+    from bench.run.sweep import run_sweep
+    from tests.test_driver import statuses, sweep_file, train_configs
+
+    tc = train_configs(tmp_path)
+    cells = [{"config": tc["online"], "batch_size": 1, "seq_len": 64}]
+    held = [{"card": 0, "pid": 4242, "owner": "foreign", "first_seen": "before", "max_used_gib": 12.0}]
+    monkeypatch.setattr(vram, "foreign_processes", lambda *a, **k: held)
+    for mode, expected in (("refuse", "error"), ("warn", "ok")):
+        out = tmp_path / mode
+        path = sweep_file(tmp_path, cells, name=f"{mode}.yaml", foreign_processes=mode)
+        run_sweep(str(path), out=str(out), argv=["test"])
+        (doc,) = statuses(out).values()
+        assert doc["status"] == expected, doc
+    assert doc["status"] == "ok"
+    (refused,) = statuses(tmp_path / "refuse").values()
+    assert refused["reason"] == (
+        "refused: another process holds memory on the cards (pid 4242 on card 0 (foreign)); foreign_processes: refuse"
+    )

@@ -109,6 +109,7 @@ class SweepConfig:
     prepare_timeout_s: float
     poll_interval_s: float
     poll_vram: bool
+    foreign_processes: str  # warn | refuse
     loss_tolerance: float
     gpus_per_run: tuple[int, ...]
     nodes: int

@@ -28,6 +28,7 @@ from bench.config.typed import key
 from bench.config.upstream import TRAINERS
 
 ORDERS = ("interleaved", "shuffled")
+FOREIGN = ("warn", "refuse")  # what a run does when another process holds memory on the cards
 MODES = ("offline", "online")
 CAPACITY_AXES = ("batch_size", "seq_len")
 # On a machine without GPUs, gpus_per_run > 1 means that many gloo processes on the CPU.
@@ -119,6 +120,11 @@ class SweepKeys:
         0.05, gt=0, doc=f"the VRAM poller's period (at most {MAX_POLL_INTERVAL_S} s)"
     )
     poll_vram: bool = key(True, doc="false: no poller at all (to measure the poller's overhead)")
+    foreign_processes: str = key(
+        "warn",
+        choices=FOREIGN,
+        doc="another process on the cards: warn (the run is flagged) or refuse (the run is an error)",
+    )
     loss_tolerance: float = key(0.01, ge=0, doc="the largest |Δ loss| at the last step for loss parity")
     gpus_per_run: Ints = key([1], ge=1, doc="GPUs per run (on the CPU: gloo processes)")
     nodes: int = key(1, ge=1, doc="nodes per run (docs/multinode.md)")

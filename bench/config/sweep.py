@@ -118,6 +118,7 @@ def _check_top(top: SweepKeys, fail: Fail) -> SweepKeys:
         )
     typed.check_choice(top, "order", "", fail)
     typed.check_choice(top, "trainer", "", fail)
+    typed.check_choice(top, "foreign_processes", "", fail)
     if top.repeats > MAX_PAIRS:
         raise fail(f"repeats: expected at most {MAX_PAIRS} pairs per cell, got {top.repeats}")
     if top.steps > MAX_STEPS:
@@ -346,6 +347,7 @@ def _sweep_config(
         prepare_timeout_s=float(top.prepare_timeout_s),
         poll_interval_s=float(top.poll_interval_s),
         poll_vram=top.poll_vram,
+        foreign_processes=top.foreign_processes,
         loss_tolerance=float(top.loss_tolerance),
         gpus_per_run=tuple(top.gpus_per_run),
         nodes=top.nodes,

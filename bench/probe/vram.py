@@ -23,6 +23,7 @@ from bench.probe.backends import GIB, STATE_FIELDS, Backend, LibraryImportError,
 from bench.probe.nvml import NvmlBackend
 from bench.probe.opener import open_backend
 from bench.probe.poller import FLUSH_EVERY_S, VramPoller
+from bench.probe.processes import ProcessLog
 
 __all__ = [
     "FLUSH_EVERY_S",
@@ -36,6 +37,7 @@ __all__ = [
     "VramPoller",
     "gpu_vendors_present",
     "open_backend",
+    "foreign_processes",
     "poll_once",
     "preflight",
 ]
@@ -138,6 +140,22 @@ def poll_once(backend: str = "auto") -> list[dict]:
             }
             for d, u in zip(b.devices(), used)
         ]
+    except Exception:
+        return []
+    finally:
+        b.close()
+
+
+def foreign_processes(backend: str = "auto") -> list[dict]:
+    """The processes other than the suite's holding memory on any card now (vram.json's
+    ``processes`` rows, owner foreign or unknown); [] when none, or nothing can be polled."""
+    b, _ = open_backend(backend)
+    if b is None:
+        return []
+    try:
+        log = ProcessLog()
+        log.add(b.processes(), "before")
+        return [p for p in log.summary() if p["owner"] != "suite"]
     except Exception:
         return []
     finally:

@@ -14,6 +14,7 @@ from pathlib import Path
 import bench.trainers.outcome as outcome
 from bench.config import Cell, Run, SweepConfig
 from bench.fileio import atomic_write_json
+from bench.probe import vram
 from bench.procs import forkstart
 from bench.procs.launcher import mark_exit, now
 from bench.run import caches, console, execute, preflight
@@ -147,11 +148,25 @@ class Session:
         cache_error = self.cache_errors.get(run.cell.cache_key())
         if cache_error:
             return outcome.record(rdir, run, "error", cache_error)
+        refused = self._foreign(run)
+        if refused:
+            return outcome.record(rdir, run, "error", refused)
         started = now()
         rc, timed_out = execute.launch_polled(cfg, run, rdir, argv, tick, execute.compile_env(compile_dir))
         plug.reconcile(rdir, run, rc, timed_out, started)
         mark_exit(rdir / "launch.json", rc, timed_out)
         return console.outcome_line(rdir)
+
+    def _foreign(self, run: Run) -> str | None:
+        """With ``foreign_processes: refuse``, why the run does not start: another process holds
+        memory on this machine's cards (--retry-failed re-runs its round once they are free)."""
+        if self.cfg.foreign_processes != "refuse" or not self.cfg.polls(run.arm) or run.cell.nodes > 1:
+            return None
+        procs = execute.quietly("process check", vram.foreign_processes) or []
+        if not procs:
+            return None
+        seen = ", ".join(f"pid {p['pid']} on card {p['card']} ({p['owner']})" for p in procs[:3])
+        return f"refused: another process holds memory on the cards ({seen}); foreign_processes: refuse"
 
     def _prime(self, run: Run) -> None:
         """Run ``run``'s priming runs under prime/ (not runs/: no table, pair or verdict reads them).
