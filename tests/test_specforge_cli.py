@@ -127,6 +127,7 @@ def sweep(tmp_path: Path, cells: list[dict], **top) -> Path:
 
 
 TINY = str(CONFIGS / "train" / "tiny-offline.yaml")
+TINY_ONLINE = str(CONFIGS / "train" / "tiny-online.yaml")  # ours, beside it: no cache to prepare
 
 
 def user_config(tmp_path: Path, **data) -> str:
@@ -255,7 +256,7 @@ def test_both_trainers_run_one_sweep_on_the_cpu_through_the_real_specforge(tmp_p
     python = upstream_python()
     cells = [
         {"config": TINY, "batch_size": 2, "seq_len": 128},
-        {"config": TINY, "batch_size": 2, "seq_len": 128, "trainer": "embedded"},
+        {"config": TINY_ONLINE, "batch_size": 2, "seq_len": 128, "trainer": "embedded"},
     ]
     path = sweep(tmp_path, cells, trainer_python=str(python), steps=5, fork_server=False)
     r = subprocess.run(
@@ -271,7 +272,7 @@ def test_both_trainers_run_one_sweep_on_the_cpu_through_the_real_specforge(tmp_p
     cli = runs.loc["tiny_offline_bs2_s128_specforge-cli_baseline_r1"]
     assert cli["status"] == "ok" and cli["steps_measured"] == 4 and cli["samples_per_s"] > 0
     assert (
-        cli["trainer"] == "specforge-cli" and runs.loc["tiny_offline_bs2_s128_baseline_r1", "status"] == "ok"
+        cli["trainer"] == "specforge-cli" and runs.loc["tiny_online_bs2_s128_baseline_r1", "status"] == "ok"
     )
     skipped = runs.loc["tiny_offline_bs2_s128_specforge-cli_liger_r1"]
     assert skipped["status"] == "skipped" and "GPU" in skipped["reason"]
