@@ -48,8 +48,12 @@ def find_python(cfg: SweepConfig, env=os.environ) -> str:
     if env.get(PYTHON_ENV, "").strip():
         return env[PYTHON_ENV].strip()
     script = shutil.which("specforge", path=env.get("PATH"))
-    if script:
-        first = Path(script).read_bytes()[:512].split(b"\n", 1)[0].decode(errors="replace")
+    try:
+        head = Path(script).read_bytes()[:512] if script else b""
+    except OSError:  # an unreadable script names no interpreter: the one-line error below
+        head = b""
+    if head:
+        first = head.split(b"\n", 1)[0].decode(errors="replace")
         words = shlex.split(first[2:]) if first.startswith("#!") else []
         if words:  # "#!/venv/bin/python" or "#!/usr/bin/env python3"
             return words[1] if Path(words[0]).name == "env" and len(words) > 1 else words[0]
