@@ -120,10 +120,10 @@ bench-mi355x:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=rocm)
 	$(SWEEP) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
 
-# make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir]
+# make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir] [FAIL_IF_SLOWER=5]
 compare: $(INSTALL)
-	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=path/to/summary.csv B=path/to/summary.csv [OUT=dir]" >&2; exit 2; }
-	$(PYTHON) -m bench compare '$(A)' '$(B)' $(if $(OUT),--out '$(OUT)')
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=path/to/summary.csv B=path/to/summary.csv [OUT=dir] [FAIL_IF_SLOWER=PCT]" >&2; exit 2; }
+	$(PYTHON) -m bench compare '$(A)' '$(B)' $(if $(OUT),--out '$(OUT)') $(if $(FAIL_IF_SLOWER),--fail-if-slower '$(FAIL_IF_SLOWER)')
 
 clean-venv:
 	rm -rf $(VENV) $(SPECFORGE_VENV)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench sweep|capacity|report|compare|kernels|detect``.
+"""Command line: ``python -m bench sweep|capacity|submit|report|compare|kernels|detect``.
 
 Bad input prints ``error: <one line>`` to stderr and exits 2, without a traceback.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 try:
     import bench.config.sweep  # noqa: F401  (PyYAML and the config: a missing dependency fails here, in one line)
     from bench.errors import SweepError
+    from bench.fileio import WriteError
 except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback
     print(
         f"error: this Python ({sys.executable}) lacks {getattr(_e, 'name', None) or _e}: run `make install`, "
@@ -26,6 +27,25 @@ RETRY_HELP = (
     "resume, and first re-run whole every round (one run of each arm of a cell, back to back) that holds "
     "a run which ended in error, timeout or oom; skipped runs and other rounds' ok runs stay"
 )
+
+
+def add_compare_parser(sub) -> None:
+    """`bench compare A B [--out DIR] [--fail-if-slower PCT [--fail-if-inconclusive]]`."""
+    p = sub.add_parser("compare", help="compare two summary CSVs (two machines, two commits)")
+    p.add_argument("a", help="first CSV (the reference, for the gate)")
+    p.add_argument("b", help="second CSV (the one held to A)")
+    p.add_argument("--out", help="directory for the comparison's table and plots")
+    p.add_argument(
+        "--fail-if-slower",
+        metavar="PCT",
+        help="regression gate: exit 3 when a row of B is slower than A by more than PCT%% with its whole "
+        "95%% CI below -PCT%% (needs the per-run values: runs.csv beside each summary.csv, or given)",
+    )
+    p.add_argument(
+        "--fail-if-inconclusive",
+        action="store_true",
+        help="with --fail-if-slower: also exit 3 when a row's CI straddles -PCT%% or a row cannot be decided",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,13 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "sweep":
             p.add_argument("--retry-failed", action="store_true", help=RETRY_HELP)
 
+    _submit_parser(sub)
     p = sub.add_parser("report", help="rebuild CSVs, plots and report.md from a sweep's run directories")
     p.add_argument("dir", help="sweep output directory (holds runs/)")
 
-    p = sub.add_parser("compare", help="compare two summary CSVs (two machines, two commits)")
-    p.add_argument("a", help="first CSV")
-    p.add_argument("b", help="second CSV")
-    p.add_argument("--out", help="directory for the comparison's table and plots")
+    add_compare_parser(sub)
 
     p = sub.add_parser(
         "kernels",
@@ -104,6 +122,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("detect", help="print the sweep config for this machine's hardware")
     return parser
+
+
+def _submit_parser(sub) -> None:
+    p = sub.add_parser(
+        "submit",
+        help="run a sweep as one Slurm batch job: one allocation, every run a job step over its nodes",
+    )
+    p.add_argument("config", help="sweep config YAML (nodes: N without a launcher: docs/multinode.md)")
+    p.add_argument(
+        "--out", help="sweep directory, on a filesystem the first node sees (default: the config's `out`)"
+    )
+    p.add_argument(
+        "--nodes", type=int, help="nodes of the allocation (default and only value: the config's nodes)"
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        help="GPUs per node to ask for (default: the config's gpus_per_run; 0: none)",
+    )
+    p.add_argument("--partition", help="sbatch --partition")
+    p.add_argument("--time", help="sbatch --time, e.g. 04:00:00")
+    p.add_argument("--account", help="sbatch --account")
+    p.add_argument(
+        "--extra-sbatch",
+        action="append",
+        dest="extra",
+        metavar="OPTION",
+        help="another sbatch option (repeatable)",
+    )
+    p.add_argument(
+        "--requeue",
+        action="store_true",
+        help="before the time limit the driver stops cleanly and requeues the job; the next allocation resumes",
+    )
+    p.add_argument(
+        "--signal-s", type=int, default=300, help="with --requeue: seconds before the time limit (300)"
+    )
+    p.add_argument("--rdzv-port", type=int, help="the rendezvous port on the first node (default 29400)")
+    p.add_argument("--resume", action="store_true", help="submit the resumption of an unfinished sweep")
+    p.add_argument("--dry-run", action="store_true", help="print the batch script; write and submit nothing")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +197,10 @@ def _main(argv: list[str] | None) -> int:
                 capacity=args.command == "capacity",
                 retry_failed=getattr(args, "retry_failed", False),
             )
+        if args.command == "submit":
+            from bench.slurm.submit import submit
+
+            return submit(**{k: v for k, v in vars(args).items() if k != "command"})
         if args.command == "report":
             from bench.run.console import report
 
@@ -146,15 +208,12 @@ def _main(argv: list[str] | None) -> int:
                 raise SweepError(f"{args.dir}: no runs/ directory; expected the output directory of a sweep")
             return report(Path(args.dir))
         if args.command == "compare":
-            from bench.results.compare import compare
+            from bench.results.compare import run_compare
 
             try:
-                result = compare(args.a, args.b, out_dir=args.out)
+                return run_compare(args.a, args.b, args.out, args.fail_if_slower, args.fail_if_inconclusive)
             except ValueError as e:
                 raise SweepError(str(e)) from None
-            if isinstance(result, str):
-                print(result)
-            return 0
         if args.command == "kernels":
             from bench.kernels.cli import run_kernels
 
@@ -183,7 +242,27 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:  # e.g. `python -m bench sweep X --dry-run | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:  # the environment (a read-only filesystem, a full disk): one line, exit 1
+        print(environment_error(e, args), file=sys.stderr)
+        return 1
     return 2
+
+
+def environment_error(e: OSError, args: argparse.Namespace) -> str:
+    """The line for an OSError that stopped a command: the path that could not be written (or
+    read) and why, and what to do. A sweep stopped so is resumable: every result file is written
+    atomically, and a run whose records were not all written is not finished."""
+    if isinstance(e, WriteError):
+        what = str(e)
+    elif e.filename:
+        what = f"{e.filename}: {e.strerror}"
+    else:
+        what = e.strerror or str(e)
+    fix = "free space or make it writable" if isinstance(e, WriteError) else "fix that"
+    then = "run the same command again"
+    if args.command in ("sweep", "capacity"):
+        then = "run the same command with --resume (finished runs are kept)"
+    return f"error: {what} ({fix}, then {then})"
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ A sweep may be killed at any moment (even ``kill -9``): whole files are written 
 temporary sibling and renamed into place, so a reader sees the old file or the new one,
 never half of one; the new file gets the mode a file written in place would (0o666 less the
 umask: under umask 022 others on a shared machine can read the results). JSON-lines files
-are appended a line at a time and flushed, and readers skip a torn last line.
+are appended a line at a time and flushed, and readers skip a torn last line. A write that
+fails (a read-only filesystem, a full disk) raises :class:`WriteError` naming the file meant,
+which the command line prints as one line (exit 1).
 """
 
 from __future__ import annotations
@@ -12,8 +14,31 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+class WriteError(OSError):
+    """A file or directory of the suite's could not be written (read-only filesystem, full disk,
+    no permission): ``filename`` is the path meant (not a temporary sibling), ``strerror`` why."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+    __repr__ = __str__  # what a caller printing {e!r} shows too
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Turn an OSError raised inside the block into a WriteError naming ``path``."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as e:
+        raise WriteError(e.errno, e.strerror or str(e), str(path)) from e
 
 
 def _create_temp(path: Path) -> tuple[int, Path]:
@@ -38,17 +63,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` (temporary sibling, fsync, rename); the new file's mode
     honours the umask, like a file written in place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temp(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _create_temp(path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -68,7 +94,7 @@ def read_json(path: str | Path) -> Any | None:
 
 
 def append_jsonl(path: str | Path, obj: Any) -> None:
-    with open(path, "a") as f:
+    with writing(path), open(path, "a") as f:
         f.write(json.dumps(obj, default=str) + "\n")
         f.flush()
 

@@ -74,9 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             validate_for(cfg, args.mode)
             cache = Path(cfg.data.cache_dir) if cfg.data.cache_dir else None
             if args.mode == "train" and cfg.mode == "offline" and cache is not None and cache.is_dir():
-                from .data import read_cache_meta, verify_cache  # imports torch: only with a cache to verify
+                from .data import cache_dataset  # imports torch: only with a cache to verify
 
-                verify_cache(cache, read_cache_meta(cache))
+                cache_dataset(cfg.data, profile)  # the cache matches the run (as train checks) and is whole
             return 0
         if args.command == "prepare":
             validate_for(cfg, "prepare", args.hidden_states)

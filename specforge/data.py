@@ -76,12 +76,14 @@ class TokenDataset(Dataset):
 
 def _read_jsonl(data: DataConfig, vocab: int) -> list[dict]:
     path = Path(data.path)
-    tokenizer = None
+    tokenizer: list = []  # loaded at the first text record
     records = []
     try:
         lines = path.read_text().splitlines()
     except OSError as e:
         raise ConfigError(f"data.path: cannot read {path} ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"data.path: {path} is not a text file; expected JSON lines") from None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -89,17 +91,7 @@ def _read_jsonl(data: DataConfig, vocab: int) -> list[dict]:
             rec = json.loads(line)
         except ValueError:
             raise ConfigError(f"data.path: {path}:{n} is not valid JSON") from None
-        if "input_ids" in rec:
-            ids = list(rec["input_ids"])
-            mask = list(rec.get("loss_mask", [1] * len(ids)))
-        elif "prompt" in rec and "response" in rec:
-            if tokenizer is None:
-                tokenizer = _load_tokenizer(data)
-            p = tokenizer(rec["prompt"], add_special_tokens=False)["input_ids"]
-            r = tokenizer(rec["response"], add_special_tokens=False)["input_ids"]
-            ids, mask = p + r, [0] * len(p) + [1] * len(r)
-        else:
-            raise ConfigError(f"data.path: {path}:{n} needs input_ids or prompt+response")
+        ids, mask = _ids_and_mask(rec, f"{path}:{n}", data, tokenizer)
         if len(ids) != len(mask) or any(not 0 <= t < vocab for t in ids):
             raise ConfigError(f"data.path: {path}:{n} has token ids outside [0, {vocab}) or a bad loss_mask")
         ids, mask = ids[: data.seq_len], mask[: data.seq_len]
@@ -113,6 +105,43 @@ def _read_jsonl(data: DataConfig, vocab: int) -> list[dict]:
     if not records:
         raise ConfigError(f"data.path: {path} holds no records")
     return records
+
+
+def _int_list(value, allowed: tuple[int, ...] | None = None) -> bool:
+    """Whether ``value`` is a list of integers (not booleans), each in ``allowed`` when given."""
+    return isinstance(value, list) and all(
+        type(v) is int and (allowed is None or v in allowed) for v in value
+    )
+
+
+def _ids_and_mask(rec, where: str, data: DataConfig, tokenizer: list) -> tuple[list[int], list[int]]:
+    """One JSONL record's token ids and loss mask: ``{"input_ids": [int], "loss_mask": [0|1]}``
+    (the mask defaults to all ones) or ``{"prompt": str, "response": str}`` (tokenized; the mask
+    is 1 on the response). ConfigError naming the line for a record of any other shape."""
+    if not isinstance(rec, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(rec), "a number"
+        )
+        raise ConfigError(
+            f"data.path: {where} is {kind}; expected an object with input_ids or prompt+response"
+        )
+    if "input_ids" in rec:
+        ids = rec["input_ids"]
+        mask = rec.get("loss_mask", [1] * len(ids) if isinstance(ids, list) else None)
+        if not _int_list(ids) or not _int_list(mask, (0, 1)):
+            raise ConfigError(
+                f"data.path: {where}: expected input_ids a list of integers and loss_mask a list of 0 and 1"
+            )
+        return ids, mask
+    if "prompt" in rec and "response" in rec:
+        if not isinstance(rec["prompt"], str) or not isinstance(rec["response"], str):
+            raise ConfigError(f"data.path: {where}: expected prompt and response to be strings")
+        if not tokenizer:
+            tokenizer.append(_load_tokenizer(data))
+        p = tokenizer[0](rec["prompt"], add_special_tokens=False)["input_ids"]
+        r = tokenizer[0](rec["response"], add_special_tokens=False)["input_ids"]
+        return p + r, [0] * len(p) + [1] * len(r)
+    raise ConfigError(f"data.path: {where} needs input_ids or prompt+response")
 
 
 def _load_tokenizer(data: DataConfig):
@@ -171,6 +200,14 @@ class CacheDataset(Dataset):
         return load_file(self.dir / SHARD.format(i))
 
 
+def cache_dataset(data: DataConfig, profile: Profile) -> CacheDataset:
+    """The run's offline cache (``data.cache_dir``), checked against the run — its seq_len, and
+    the feature width, vocabulary and hidden size of the profile's target — and verified."""
+    t = profile.target
+    feature_dim = len(t.capture_layer_ids) * t.hidden_size
+    return CacheDataset(data.cache_dir, data.seq_len, feature_dim, t.vocab_size, t.hidden_size)
+
+
 def _rebuild(cache_dir: Path) -> str:
     return (
         f"rebuild it with `python -m specforge prepare CONFIG --output-dir {cache_dir} --force` "
@@ -191,6 +228,8 @@ def read_cache_meta(cache_dir: Path) -> dict:
         text = meta_path.read_text()
     except OSError as e:
         raise ConfigError(f"data.cache_dir: cannot read {meta_path} ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        text = ""  # not text: not valid JSON either
     try:
         meta = json.loads(text)
     except ValueError:

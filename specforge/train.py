@@ -236,11 +236,7 @@ def make_dataset(cfg: TrainConfig, profile: Profile):
             raise ConfigError(
                 "data.cache_dir: offline mode needs a prepared cache (python -m specforge prepare)"
             )
-        t = profile.target
-        feature_dim = len(t.capture_layer_ids) * t.hidden_size
-        return data_mod.CacheDataset(
-            cfg.data.cache_dir, cfg.data.seq_len, feature_dim, t.vocab_size, t.hidden_size
-        )
+        return data_mod.cache_dataset(cfg.data, profile)
     return data_mod.TokenDataset(cfg.data, profile)
 
 

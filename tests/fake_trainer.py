@@ -25,14 +25,20 @@ Behaviours are chosen with --set keys:
 and from the environment (so that one sweep of a config can differ from another):
     FAKE_BLOCK_AFTER_RUNS=N  block forever before step 1 once N runs of the sweep have finished
                              (a test kills the driver there: a deterministic point mid-sweep)
+    FAKE_BLOCK_FILE=PATH     with FAKE_BLOCK_AFTER_RUNS: block only while PATH exists (so that a
+                             later sweep goes on once the test removes it), after creating
+                             PATH.reached (so that the test knows a run is blocking)
     FAKE_FAIL_RUNS=a,b       runs whose output directory is named a or b crash before step 1
                              (exit 1): a transient failure that the next sweep need not repeat
+    FAKE_ENOSPC_RUNS=a,b     runs whose output directory is named a or b fail as on a full disk
+                             (OSError ENOSPC, exit 1) before step 1
 The loss depends only on the step and the seed, so both arms agree (loss parity).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -124,14 +130,21 @@ def _block_after_runs(out: Path) -> None:
     if not limit:
         return
     finished = 0
-    for path in out.parent.glob("*/run.json"):
+    for path in (
+        p for p in out.parent.glob("*/run.json") if p.parent != out
+    ):  # other runs (ranks race on this one)
         try:
             finished += json.loads(path.read_text()).get("status") not in (None, "running")
         except (OSError, ValueError):
             pass
     if finished >= int(limit):
-        while True:
-            time.sleep(3600)
+        gate = os.environ.get("FAKE_BLOCK_FILE")
+        if gate and not Path(gate).exists():
+            return
+        if gate:
+            Path(gate + ".reached").touch()
+        while not gate or Path(gate).exists():
+            time.sleep(0.05 if gate else 3600)
 
 
 def train(cfg: dict, out: Path, liger: bool) -> int:
@@ -167,6 +180,8 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
     _block_after_runs(out)
     if out.name in os.environ.get("FAKE_FAIL_RUNS", "").split(","):
         raise RuntimeError(f"fake transient failure of {out.name} (FAKE_FAIL_RUNS)")
+    if out.name in os.environ.get("FAKE_ENOSPC_RUNS", "").split(","):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "metrics.jsonl"))
     if fake.get("spawn_child"):
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     hang_at = fake.get("hang_at_step") or (1 if fake.get("hang") else None)

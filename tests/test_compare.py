@@ -131,3 +131,201 @@ def test_compare_gives_each_row_a_welch_interval_and_a_verdict(tmp_path):
 
     summary_table(pd.read_csv(a)).to_csv(summary, index=False)
     assert compare(summary, b).set_index("arm").loc["baseline", "verdict"] == "B faster"
+
+
+# ------------------------------------------------------------------ bad input: one line, exit 2
+
+
+def _summary_of(tmp_path: Path) -> Path:
+    """A sweep's summary.csv with the runs.csv beside it (4 runs a side, both arms)."""
+    from bench.results.aggregate import summary_table
+
+    runs = _runs_csv(
+        tmp_path / "ok" / "runs.csv", {"baseline": [8.7, 8.8, 8.6, 8.7], "liger": [10.1, 10.2, 10.0, 10.1]}
+    )
+    summary_table(pd.read_csv(runs)).to_csv(tmp_path / "ok" / "summary.csv", index=False)
+    return tmp_path / "ok" / "summary.csv"
+
+
+def _edited(src: Path, dst: Path, row: int, column: str, value) -> Path:
+    df = pd.read_csv(src).astype(object)
+    df.loc[row, column] = value
+    df.to_csv(dst, index=False)
+    return dst
+
+
+# name -> (the good sweep's file it edits, row, column, new value, what the error line says)
+_EDITS = {
+    "text for a number": ("summary.csv", 1, "samples_per_s_mean", "fast", "line 3: samples_per_s_mean 'fast' is not a finite number"),
+    "infinite": ("summary.csv", 0, "peak_vram_gib", "inf", "line 2: peak_vram_gib 'inf' is not a finite number"),
+    "not > 0": ("summary.csv", 0, "samples_per_s_mean", -3, "line 2: samples_per_s_mean -3 is not > 0"),
+    "no batch size": ("summary.csv", 1, "batch_size", None, "line 3: no batch_size; it must be a number"),
+    "no arm": ("summary.csv", 0, "arm", " ", "line 2: no arm; every row of a summary.csv names its arm"),
+    "runs.csv: text samples/s": ("runs.csv", 2, "samples_per_s", "n/a?", "line 4: samples_per_s 'n/a?' is not a finite number"),
+    "runs.csv: no status": ("runs.csv", 0, "status", None, "line 2: no status; every row of a runs.csv names its status"),
+}  # fmt: skip
+
+
+def _bad_input(tmp_path: Path, good: Path, case: str) -> tuple[Path, str]:
+    """The bad file of ``case`` and what its one error line says after the path."""
+    from bench.results.columns import LOSS_PARITY_COLUMNS
+
+    if case in _EDITS:
+        src, row, column, value, says = _EDITS[case]
+        return _edited(good.parent / src, tmp_path / "bad.csv", row, column, value), says
+    bad = tmp_path / "bad.csv"
+    expected = "expected the summary.csv (or runs.csv) of a sweep's output directory"
+    if case == "binary":
+        bad.write_bytes(b"PK\x03\x04\x00\x00\x08\x00" + bytes(range(256)))
+        return bad, f"a binary file, not a CSV; {expected}"
+    if case == "not utf-8":
+        bad.write_bytes("profile,arm\nm\xe9,baseline\n".encode("latin-1"))
+        return bad, "not a readable CSV ('utf-8' codec can't decode byte 0xe9"
+    if case == "empty":
+        bad.write_text("")
+        return bad, f"not a readable CSV (No columns to parse from file); {expected}"
+    if case == "header only":
+        bad.write_text(",".join(pd.read_csv(good).columns) + "\n")
+        return bad, f"no rows (a header only); {expected}"
+    if case == "ragged":
+        bad.write_text('a,b\n1,2\n3,"4\n')
+        return bad, "not a readable CSV ("
+    if case == "directory":
+        (tmp_path / "a_dir").mkdir()
+        return tmp_path / "a_dir", "is a directory; expected a summary.csv or runs.csv (e.g. "
+    if case == "another CSV":
+        pd.DataFrame([dict.fromkeys(LOSS_PARITY_COLUMNS, 1)]).to_csv(bad, index=False)
+        return bad, f"by its columns a loss_parity.csv, not a summary.csv; {expected}"
+    if case == "wrong shape":
+        pd.DataFrame({"profile": ["x"], "arm": ["baseline"]}).to_csv(bad, index=False)
+        return (
+            bad,
+            "not a usable summary.csv; missing columns: mode, batch_size, seq_len, gpus, samples_per_s_mean",
+        )
+    assert case == "runs.csv short of a column"
+    pd.read_csv(good.parent / "runs.csv").drop(columns=["samples_per_s"]).to_csv(bad, index=False)
+    return bad, "not a usable runs.csv; missing columns: samples_per_s;"
+
+
+BAD = [
+    "binary", "not utf-8", "empty", "header only", "ragged", "directory", "another CSV", "wrong shape",
+    "runs.csv short of a column", *_EDITS, "compare.csv",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_every_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys, case):
+    from bench.__main__ import main
+
+    good = _summary_of(tmp_path)
+    if case == "compare.csv":  # a comparison's own output given back as an input
+        compare(good, good).to_csv(tmp_path / "compare.csv", index=False)
+        path, says = (
+            tmp_path / "compare.csv",
+            "by its columns a compare.csv (`bench compare`'s output), not a summary.csv",
+        )
+    else:
+        path, says = _bad_input(tmp_path, good, case)
+    capsys.readouterr()
+    for argv in (
+        ["compare", str(path), str(good)],
+        ["compare", str(good), str(path), "--fail-if-slower", "5"],
+    ):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert err.startswith(f"error: {path}: {says}") and err.count("\n") == 1, err
+        assert out == ""  # nothing printed (nor written) before the error
+
+
+def test_out_naming_a_file_is_refused_before_anything_is_read(tmp_path, capsys):
+    from bench.__main__ import main
+
+    (tmp_path / "f").write_text("x")
+    assert (
+        main(
+            [
+                "compare",
+                str(tmp_path / "missing.csv"),
+                str(tmp_path / "missing.csv"),
+                "--out",
+                str(tmp_path / "f"),
+            ]
+        )
+        == 2
+    )
+    assert (
+        capsys.readouterr().err
+        == f"error: --out {tmp_path / 'f'}: is a file; expected a directory for compare.csv and compare.png\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "damage", ["binary", "empty", "a directory", "no samples/s column", "text samples/s", "another sweep's"]
+)
+def test_a_damaged_runs_csv_beside_a_summary_is_ignored_with_a_warning(tmp_path, capsys, damage):
+    good = _summary_of(tmp_path)
+    runs = good.parent / "runs.csv"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "summary.csv").write_bytes(good.read_bytes())
+    beside = other / "runs.csv"
+    if damage == "binary":
+        beside.write_bytes(b"\x00\x01\x02" * 50)
+    elif damage == "empty":
+        beside.write_text("")
+    elif damage == "a directory":
+        beside.mkdir()
+    elif damage == "no samples/s column":
+        pd.read_csv(runs).drop(columns=["samples_per_s"]).to_csv(beside, index=False)
+    elif damage == "text samples/s":
+        _edited(runs, beside, 0, "samples_per_s", "oops")
+    else:  # a runs.csv of other runs: its ok runs are not the ones the summary counts
+        pd.read_csv(runs).iloc[:-1].to_csv(beside, index=False)
+    df = compare(good, other / "summary.csv")
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: {beside}: ") and err.count("\n") == 1, err
+    assert err.endswith(f"; ignored: no per-run values for {other / 'summary.csv'}, so its rows get no CI\n")
+    assert df["samples_per_s_ratio_b_over_a"].tolist() == pytest.approx(
+        [1.0, 1.0]
+    )  # the summary still compares
+    assert df["samples_per_s_delta_pct_ci95_low"].isna().all() and df["n_runs_b"].isna().all()
+    assert (df["verdict"] == "n/a (no per-run values: give runs.csv files)").all()
+    # the sound runs.csv beside A is still used: A's side has its runs
+    assert df["n_runs_a"].tolist() == [4, 4]
+
+
+def test_blank_measurements_are_what_an_arm_without_ok_runs_has_not_an_error(tmp_path):
+    """Missing values are refused in the key columns only: a summary's arm with no ok run (all
+    OOM), a CPU sweep without VRAM, a baseline without Δ leave their cells blank."""
+    good = _summary_of(tmp_path)
+    df = pd.read_csv(good)
+    df.loc[df["arm"] == "liger", ["samples_per_s_mean", "s_per_step_mean"]] = None
+    df["peak_vram_gib"] = None
+    df.to_csv(tmp_path / "b.csv", index=False)
+    out = compare(good, tmp_path / "b.csv").set_index("arm")
+    assert np.isnan(out.loc["liger", "samples_per_s_b"]) and np.isnan(out.loc["baseline", "peak_vram_gib_b"])
+    assert out.loc["baseline", "samples_per_s_ratio_b_over_a"] == pytest.approx(1.0)
+
+
+def test_compare_csv_carries_each_rows_ci_and_each_sides_liger_delta_with_its_ci(tmp_path):
+    good = _summary_of(tmp_path)
+    df = compare(good, good).set_index("arm")
+    summary = pd.read_csv(good).set_index("arm")
+    for side in ("a", "b"):
+        for col in (
+            "delta_samples_per_s_pct",
+            "delta_samples_per_s_pct_ci95_low",
+            "delta_samples_per_s_pct_ci95_high",
+        ):
+            assert df.loc["liger", f"{col}_{side}"] == pytest.approx(summary.loc["liger", col])
+    lo, hi = df.loc["liger", ["samples_per_s_delta_pct_ci95_low", "samples_per_s_delta_pct_ci95_high"]]
+    assert lo < 0 < hi and df.loc["liger", "samples_per_s_delta_pct"] == pytest.approx(0.0)
+    assert df["gate"].isna().all()  # no gate asked for
+
+
+def test_the_readme_names_every_column_of_compare_csv():
+    from bench.results.compare import COMPARE_COLUMNS
+    from tests.test_docs_match import documented, paragraph
+
+    text = paragraph("compare.csv")
+    assert [c for c in COMPARE_COLUMNS if not documented(c, text)] == []

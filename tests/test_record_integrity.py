@@ -16,7 +16,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.results import plots
 from bench.results.records import NOT_RUN_REASON
 from bench.results.report import build_report
 from tests.helpers import run_cli
@@ -26,13 +25,11 @@ STEPS, WARMUP = 6, 2
 WARMUP_STEP_S = 5.0  # warm-up steps are slow: counting one as measured moves the throughput
 BASE_S = 0.50  # baseline's steady step time, every round
 ARM_S = {1: 0.40, 2: 0.45, 3: 0.41, 4: 0.39}  # the other arm's, per round
-PLOTTERS = ["plot_throughput", "plot_vram_per_card", "plot_loss_curves", "plot_step_time_dist"]
 
 
 @pytest.fixture(autouse=True)
-def no_plots(monkeypatch):
-    for name in PLOTTERS:
-        monkeypatch.setattr(plots, name, lambda *args, **kw: Path(args[-1]))
+def _no_plots(no_plots):
+    """Every test here reads tables only (conftest's no_plots)."""
 
 
 def run_id(arm: str, repeat: int) -> str:
@@ -189,8 +186,10 @@ def test_intact_runs_read_as_before_and_bench_report_says_which_run_is_damaged(t
     (sweep / "runs" / run_id("sdpa", 2) / "cell.json").write_text("[]")
     done = run_cli("bench", "report", str(sweep), timeout=120)
     assert done.returncode == 0, done.stderr
-    sdpa_line = next(line for line in done.stdout.splitlines() if "| sdpa |" in line)
-    assert "| 3/4 |" in sdpa_line and f"{delta_pct([1, 3, 4]):+.1f}%" in sdpa_line
+    lines = done.stdout.splitlines()
+    assert next(line for line in lines if line.split()[:1] == ["sdpa"]).split()[1] == "3/4"
+    sdpa_delta = next(line for line in lines if line.strip().startswith("sdpa vs baseline:"))
+    assert f"{delta_pct([1, 3, 4]):+.1f}%" in sdpa_delta
     runs_csv = pd.read_csv(sweep / "runs.csv")
     assert row(runs_csv, run_id=run_id("sdpa", 2))["reason"] == (
         "cell.json is an array, not an object: its cell, arm and repeat are unconfirmed"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.results import plots
+from bench.results import forest, plots, runplots
 from bench.results.report import (
     LOSS_PARITY_COLUMNS,
     MAIN_TABLE_HEADER,
@@ -98,7 +98,7 @@ def sweep(tmp_path: Path) -> Path:
 
 def test_build_report_writes_every_file(sweep):
     out = build_report(sweep)
-    names = ["runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "throughput.png",
+    names = ["runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "forest.png", "throughput.png",
              "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "report.md"]  # fmt: skip
     assert sorted(out["paths"]) == sorted(names)
     for name in names:
@@ -121,10 +121,10 @@ def test_build_report_writes_every_file(sweep):
     assert summary.loc[(CPU_CELL, "baseline"), "n_ok"] == 1
 
 
-def first_table(md: str) -> list[str]:
-    """The lines of the first Markdown table of a document."""
+def first_table(md: str, after: str = "## Results") -> list[str]:
+    """The lines of the first Markdown table of a document after the line ``after``."""
     lines = md.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("|") and i > lines.index(after))
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return lines[start:end]
 
@@ -248,8 +248,9 @@ def test_plots_survive_empty_and_nan_inputs(tmp_path):
     for path in (
         plots.plot_throughput(empty_summary, tmp_path / "t.png"),
         plots.plot_vram_per_card(empty_vram, tmp_path / "v.png"),
-        plots.plot_loss_curves([], tmp_path / "l.png"),
-        plots.plot_step_time_dist([], tmp_path / "s.png"),
+        runplots.plot_loss_curves([], tmp_path / "l.png"),
+        runplots.plot_step_time_dist([], tmp_path / "s.png"),
+        forest.plot_forest(forest.sweep_forest_rows(empty_summary), tmp_path / "f.png", "empty"),
     ):
         assert path.read_bytes().startswith(b"\x89PNG")
 

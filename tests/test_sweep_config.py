@@ -165,7 +165,11 @@ def _bad(base: dict, tmp: Path) -> list[tuple[str, dict, str]]:
         ("no baseline", base | {"arms": ["liger"]}, "arms: the baseline arm is missing"),
         ("missing key", {k: v for k, v in base.items() if k != "steps"}, "steps: missing"),
         ("empty cells", base | {"cells": []}, "cells: expected a non-empty list"),
-        ("nodes without rdzv", base | {"nodes": 2}, "rdzv_endpoint: required when nodes > 1"),
+        (
+            "nodes without rdzv",
+            base | {"nodes": 2, "launcher": ["srun"]},
+            "rdzv_endpoint: required when nodes > 1",
+        ),
         (
             "driver key in set",
             base | {"cells": [cell | {"set": {"training.steps": 5}}]},

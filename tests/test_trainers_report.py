@@ -80,14 +80,6 @@ def with_ci(row: pd.Series, name: str) -> list[float]:
     return [row[name], row[f"{name}_ci95_low"], row[f"{name}_ci95_high"]]
 
 
-@pytest.fixture
-def no_plots(monkeypatch):
-    from bench.results import plots
-
-    for name in ("plot_throughput", "plot_vram_per_card", "plot_loss_curves", "plot_step_time_dist"):
-        monkeypatch.setattr(plots, name, lambda *args, **kw: Path(args[-1]))
-
-
 def test_trainers_csv_predicts_each_trainers_delta_from_the_others_saving(tmp_path, no_plots):
     out = build_report(two_trainer_sweep(tmp_path))
     table = pd.read_csv(tmp_path / "trainers.csv")

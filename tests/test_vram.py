@@ -523,7 +523,8 @@ def test_every_card_polled_and_busiest_is_card0(tmp_path, monkeypatch):
     assert max(r["used_gib"][0] for r in rows) == 90.0
     # the clock/temperature/power reads are timed rows too (aggregation takes the measured steps' window)
     states = [r for r in lines if "state" in r]
-    assert len(states) == poller.n_state_samples >= 1 and len(states) + len(rows) == len(lines)
+    energy = [r for r in lines if "energy_j" in r]  # and the energy reads (tests/test_energy.py)
+    assert len(states) == poller.n_state_samples >= 1 and len(states) + len(rows) + len(energy) == len(lines)
     assert all(len(r["state"]) == 8 and set(r["state"][0]) == set(vram.STATE_FIELDS) for r in states)
 
 
@@ -918,6 +919,8 @@ def test_vram_json_atomic_and_schema(tmp_path, monkeypatch):
         "reason",
         "interval_s",
         "state_interval_s",
+        "power_interval_s",
+        "n_power_samples",
         "n_samples",
         "errors",
         "driver_version",

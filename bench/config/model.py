@@ -117,6 +117,8 @@ class SweepConfig:
     rdzv_from: str | None  # where rdzv_endpoint came from: the key or the environment variable(s)
     # the command that starts a multi-node run once on every node (e.g. srun ...); () when nodes == 1
     launcher: tuple[str, ...]
+    # "launcher" (the config's), "slurm" (none given: each run a Slurm job step), None when nodes == 1
+    launcher_from: str | None
     cells: tuple[Cell, ...]
     equivalence_pct: float
     compile_cache: bool

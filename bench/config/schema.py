@@ -130,7 +130,9 @@ class SweepKeys:
     nodes: int = key(1, ge=1, doc="nodes per run (docs/multinode.md)")
     rdzv_endpoint: Endpoint = key(None, doc="host:port of the c10d rendezvous; null: from the environment")
     launcher: Command | None = key(
-        None, doc="nodes > 1: the command placed before each node's torchrun agent"
+        None,
+        doc="nodes > 1: the command placed before each node's torchrun agent; null: each run a Slurm "
+        "job step (srun, inside the allocation `bench submit` makes)",
     )
     precision: PrecisionMapping | None = key(None, doc="a precision target instead of repeats")
     equivalence_pct: float = key(1.0, gt=0, doc="a CI inside ±this reads 'within ±x%'")

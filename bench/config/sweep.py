@@ -61,6 +61,10 @@ _ENDPOINT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d+$")
 # $MASTER_ADDR:$MASTER_PORT (torchrun's c10d port when MASTER_PORT is unset). docs/multinode.md
 RDZV_ENV = "BENCH_RDZV_ENDPOINT"
 DEFAULT_RDZV_PORT = 29400
+# A multi-node sweep without a launcher runs each run as a Slurm job step (srun --nodes=N and
+# these; bench/slurm ends a step with scancel, and the step's name is its run's id):
+# one wrapper per node, the other nodes' tasks ended when one exits non-zero, output labelled.
+SLURM_STEP = ("--ntasks-per-node=1", "--kill-on-bad-exit=1", "--label")
 
 
 def load_config(path: str | Path) -> SweepConfig:
@@ -138,11 +142,6 @@ def _check_top(top: SweepKeys, fail: Fail) -> SweepKeys:
 
 def _check_runs(top: SweepKeys, raw: dict, fail: Fail) -> None:
     """Multi-node launcher, cells, arms against the hardware, precision against repeats."""
-    if top.nodes > 1 and top.launcher is None:
-        raise fail(
-            "launcher: required when nodes > 1: the command that starts the run once on every node, "
-            "e.g. [srun, --nodes=2, --ntasks-per-node=1] (docs/multinode.md)"
-        )
     if top.nodes == 1 and top.launcher is not None:
         raise fail(
             "launcher: only for nodes > 1 (single-node runs start on this machine); remove it or set nodes"
@@ -151,8 +150,10 @@ def _check_runs(top: SweepKeys, raw: dict, fail: Fail) -> None:
         raise fail("cells: expected a non-empty list of cells")
     gpu_only = [a for a in top.arms if ARMS[a].gpu_only]
     if gpu_only and "cpu" in top.hardware:
+        arm = gpu_only[0]
         raise fail(
-            f"arms: {gpu_only[0]} needs a GPU (TorchInductor's Triton kernels); this sweep's hardware is cpu"
+            f"arms: {arm} needs a GPU ({ARMS[arm].doc}: Triton kernels); this sweep's hardware is cpu: "
+            "remove it from arms, or run it in a GPU sweep config (configs/h200.yaml)"
         )
     if top.precision is not None and "repeats" in raw:
         raise fail(
@@ -194,6 +195,8 @@ def _rdzv_endpoint(top: SweepKeys, env: Mapping[str, str], fail: Fail) -> tuple[
     elif env.get("MASTER_ADDR", "").strip():
         port = env.get("MASTER_PORT", "").strip() or str(DEFAULT_RDZV_PORT)
         source, value = "MASTER_ADDR/MASTER_PORT", f"{env['MASTER_ADDR'].strip()}:{port}"
+    elif top.launcher is None:
+        return None, None  # Slurm job steps: the allocation's first node, once it runs (bench/slurm)
     else:
         raise fail(
             f"rdzv_endpoint: required when nodes > 1: host:port of the c10d rendezvous on the first node, "
@@ -320,6 +323,14 @@ def _check_sizes(top: SweepKeys, cells: list[Cell], fail: Fail) -> None:
             )
 
 
+def _launcher(top: SweepKeys) -> tuple[str, ...]:
+    """The command that starts a multi-node run once on every node: the config's ``launcher``,
+    else (nodes > 1) each run a Slurm job step over the allocation's nodes (SLURM_STEP)."""
+    if top.launcher:
+        return tuple(top.launcher)
+    return ("srun", f"--nodes={top.nodes}", *SLURM_STEP) if top.nodes > 1 else ()
+
+
 def _sweep_config(
     path: Path,
     top: SweepKeys,
@@ -353,7 +364,8 @@ def _sweep_config(
         nodes=top.nodes,
         rdzv_endpoint=rdzv[0],
         rdzv_from=rdzv[1],
-        launcher=tuple(top.launcher or ()),
+        launcher=_launcher(top),
+        launcher_from=None if top.nodes == 1 else "launcher" if top.launcher else "slurm",
         cells=cells,
         equivalence_pct=float(top.equivalence_pct),
         compile_cache=top.compile_cache,

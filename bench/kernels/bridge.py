@@ -148,13 +148,13 @@ def write_csv(df: Any, path: Path) -> Path:
 
 def plot_grid(n: int, title: str) -> tuple[Any, list[Any]]:
     """A figure with one panel per cell, as the sweep's plots lay them out."""
-    from bench.results.plots import _grid
+    from bench.results.canvas import grid as _grid
 
     return _grid(n, title)
 
 
 def save_plot(fig: Any, path: Path) -> Path:
     """The figure written atomically as a PNG, as the sweep's plots are."""
-    from bench.results.plots import _save
+    from bench.results.canvas import save as _save
 
     return _save(fig, path)

@@ -2,13 +2,26 @@
 
 Cards in a compute-partition mode (CPX, DPX, ...) give one handle per partition; each handle
 is one device here, with its ``partition`` set.
+
+Energy (``energy()``, read several times a second): ``amdsmi_get_energy_count``'s accumulator
+times its ``counter_resolution`` (microjoules per tick; the accumulator is ``energy_accumulator``
+since ROCm 6.4, ``power`` before), exact over any interval; a card without it gives its socket
+power instead (``amdsmi_get_power_info``, as ``state()`` reads it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.probe.backends import STATE_FIELDS, _Fields, _import_quietly, _number, _one_line, _text
+from bench.probe.backends import (
+    STATE_FIELDS,
+    _Fields,
+    _import_quietly,
+    _number,
+    _one_line,
+    _Support,
+    _text,
+)
 
 MIB = 2**20  # AMD SMI's "MB" are MiB
 # Compute-partition modes that split one card into several handles.
@@ -37,6 +50,7 @@ class AmdSmiBackend(_Fields):
         self._smi = amdsmi
         self.problems = []
         self.physical_count: int | None = None
+        self._support = _Support()
         amdsmi.amdsmi_init()
         try:
             self._handles = list(amdsmi.amdsmi_get_processor_handles())
@@ -192,6 +206,34 @@ class AmdSmiBackend(_Fields):
                 pass
             rows.append(row)
         return rows
+
+    def _energy_j(self, handle: Any) -> float:
+        """The card's energy counter in J; raises when the library gives none."""
+        info = self._smi.amdsmi_get_energy_count(handle)
+        ticks = info.get("energy_accumulator", info.get("power"))  # "power": ROCm 6.3 and before
+        ticks = _number(ticks, sentinels=_AMD_SENTINELS)
+        resolution = _number(info.get("counter_resolution"))  # microjoules per tick
+        if ticks is None or not resolution:
+            raise ValueError(f"energy count {info!r}")
+        return ticks * resolution * 1e-6
+
+    def _power_w(self, handle: Any) -> float:
+        power = self._power(handle)
+        if power is None:
+            raise ValueError("no socket power")
+        return power
+
+    def energy(self) -> list[dict]:
+        """Per card ``{energy_j, power_w}``: the energy counter in J; where a card has none, its
+        socket power in W. Never raises."""
+        out = []
+        for i, h in enumerate(self._handles):
+            energy = self._support.read("energy", i, lambda h=h: self._energy_j(h))
+            power = None
+            if energy is None:
+                power = self._support.read("power", i, lambda h=h: self._power_w(h))
+            out.append({"energy_j": energy, "power_w": power})
+        return out
 
     def driver_version(self) -> str | None:
         try:

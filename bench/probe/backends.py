@@ -81,7 +81,10 @@ class Backend(Protocol):
     temperature_c, power_w}``, None for any value the library cannot give (never raises);
     ``reserved_bytes()``: per card, memory the driver reserves apart from ``used`` (None when the
     library does not say); ``processes()``: per card, ``{pid, used_bytes}`` of the processes
-    holding memory there (never raises)."""
+    holding memory there (never raises); ``energy()``: per card ``{energy_j, power_w}`` for the
+    energy of a run, read often (docs/run-contract.md): ``energy_j`` the card's energy counter in
+    joules (since the driver loaded; None where the card has none), ``power_w`` its power only
+    where there is no counter (never raises)."""
 
     name: str
     count: int
@@ -93,8 +96,31 @@ class Backend(Protocol):
     def reserved_bytes(self) -> list[int | None]: ...
     def processes(self) -> list[list[dict]]: ...
     def state(self) -> list[dict]: ...
+    def energy(self) -> list[dict]: ...
     def driver_version(self) -> str | None: ...
     def close(self) -> None: ...
+
+
+class _Support:
+    """Calls a card may not support, tried until they first fail and never again after that
+    (an unsupported call costs an exception and a driver round trip at every read)."""
+
+    def __init__(self) -> None:
+        self._works: dict[tuple[str, int], bool] = {}
+
+    def read(self, kind: str, card: int, fn: Callable[[], Any]) -> Any:
+        """``fn()``, or None when it fails (then, if it never worked on this card, never again)."""
+        works = self._works.get((kind, card))
+        if works is False:
+            return None
+        try:
+            value = fn()
+        except Exception:
+            if works is None:
+                self._works[(kind, card)] = False
+            return None
+        self._works[(kind, card)] = True
+        return value
 
 
 class _Fields:

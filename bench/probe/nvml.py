@@ -4,11 +4,41 @@ Used memory is NVML's v2 memory call (``nvmlDeviceGetMemoryInfo_v2``) where the 
 its ``used`` excludes the memory the driver reserves on every card (0.5–0.9 GiB, which
 nvidia-smi does not show either), reported apart as ``reserved``. Without v2 (older drivers)
 it is the v1 call, whose ``used`` includes that reserve; ``memory_api`` says which.
+
+Energy (``energy()``, read several times a second): the card's energy counter
+(``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the driver loaded; Volta and later),
+exact over any interval; only a card without one gives its power instead: the instant power field
+(``NVML_FI_DEV_POWER_INSTANT`` through ``nvmlDeviceGetFieldValues``, newer drivers), else
+``nvmlDeviceGetPowerUsage``, which Ampere and later cards (but GA100) average over the last second.
 """
 
 from __future__ import annotations
 
-from bench.probe.backends import _Fields, _import_quietly, _number, _read, _text
+from typing import Any
+
+from bench.probe.backends import _Fields, _import_quietly, _number, _read, _Support, _text
+
+# c_nvmlValue_t's member for each NVML_VALUE_TYPE_* (pynvml.py): double, uint, ulong, ulonglong,
+# longlong, int, ushort.
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _field_value(field: Any) -> float:
+    """The number an ``nvmlFieldValue_t`` holds; raises when NVML returned none for it."""
+    if getattr(field, "nvmlReturn", 1) != 0:  # NVML_SUCCESS
+        raise ValueError(f"field {getattr(field, 'fieldId', '?')}: NVML return {field.nvmlReturn}")
+    kind = int(field.valueType)
+    value = _number(getattr(field.value, _VALUE_MEMBERS[kind])) if 0 <= kind < len(_VALUE_MEMBERS) else None
+    if value is None:
+        raise ValueError(f"field {getattr(field, 'fieldId', '?')}: value type {kind}")
+    return value
+
+
+def _checked(value: Any, scale: float) -> float:
+    number = _number(value, scale)
+    if number is None:
+        raise ValueError(f"not a number: {value!r}")
+    return number
 
 
 class NvmlBackend(_Fields):
@@ -28,6 +58,7 @@ class NvmlBackend(_Fields):
         except BaseException:
             self.close()
             raise
+        self._support = _Support()
         self._v2 = self._has_v2()
         self.memory_api = "nvml_v2" if self._v2 else "nvml_v1"
 
@@ -105,6 +136,29 @@ class NvmlBackend(_Fields):
             }
             for h in self._handles
         ]
+
+    def energy(self) -> list[dict]:
+        """Per card ``{energy_j, power_w}``: the energy counter in J; where a card has none, its
+        power in W (the instant field, else the averaged reading). Never raises."""
+        nv, out = self._nv, []
+        instant = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", None)
+        for i, h in enumerate(self._handles):
+            energy = self._support.read(
+                "energy", i, lambda h=h: _checked(nv.nvmlDeviceGetTotalEnergyConsumption(h), 1e-3)
+            )
+            power = None
+            if energy is None and instant is not None:
+                power = self._support.read(
+                    "instant",
+                    i,
+                    lambda h=h: 1e-3 * _field_value(nv.nvmlDeviceGetFieldValues(h, [instant])[0]),
+                )
+            if energy is None and power is None:
+                power = self._support.read(
+                    "power", i, lambda h=h: _checked(nv.nvmlDeviceGetPowerUsage(h), 1e-3)
+                )
+            out.append({"energy_j": energy, "power_w": power})
+        return out
 
     def driver_version(self) -> str | None:
         try:

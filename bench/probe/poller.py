@@ -4,8 +4,10 @@ Every card of the machine is polled (not only the ones a run uses). ``VramPoller
 ``{"t", "used_gib"}`` lines to ``vram.jsonl`` about once a second and writes the ``vram.json``
 summary (docs/run-contract.md) on ``stop()``. In the same thread, at most once per
 ``state_interval_s``, it reads each card's clocks, temperature and power (read only; nothing
-is ever set) and summarizes them per card. It never raises: a missing library gives status
-"unavailable" with a reason, and errors while sampling are counted.
+is ever set) and summarizes them per card; at most once per ``power_interval_s`` (0.1 s) it
+reads each card's energy counter, or its power where there is none, into timed rows for the
+energy of the run's measured steps (bench/results/energy.py). It never raises: a missing library
+gives status "unavailable" with a reason, and errors while sampling are counted.
 """
 
 from __future__ import annotations
@@ -23,10 +25,24 @@ from bench.probe.opener import open_backend
 from bench.probe.processes import ProcessLog
 
 FLUSH_EVERY_S = 1.0
+# Seconds between energy reads. 1 s (the state rows') leaves a 12-s measured window about 12
+# readings, and each end of the window up to a second from the nearest: a card going from idle to
+# 700 W there moves the window's energy by up to ~3%, against differences of a few percent to
+# find; and the trainer exits within a second of its last step, so often no reading follows the
+# window (9 of results/h200's 18 runs). NVIDIA's energy counter is reported to step about every
+# 0.1 s, so reading it faster would resolve nothing (scripts/poller_cost.py measures its period).
+POWER_INTERVAL_S = 0.1
 
 
 def _gib(value: float | None) -> float | None:
     return None if value is None else round(value / GIB, 3)
+
+
+def _rounded(value: object) -> float | None:
+    """A reading as written to the jsonl: to 1e-3 (mJ, mW), None for anything not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return round(float(value), 3)
 
 
 def _stats(values: list[float]) -> dict:
@@ -44,6 +60,7 @@ class VramPoller:
 
     Usage: ``with VramPoller(run_dir): run()`` or ``p.start(); ...; summary = p.stop()``.
     ``state_interval_s``: seconds between clock/temperature/power reads (<= 0: none).
+    ``power_interval_s``: seconds between energy reads (``Backend.energy``; <= 0: none).
     ``name``: the files' stem, ``<name>.jsonl`` and ``<name>.json`` (one node of a multi-node
     run writes ``vram_node_<node>``: bench/probe/nodevram.py).
     """
@@ -56,15 +73,18 @@ class VramPoller:
         baseline_samples: int = 5,
         state_interval_s: float = 1.0,
         name: str = "vram",
+        power_interval_s: float = POWER_INTERVAL_S,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.name = name
         self.interval_s = float(interval_s)
         self.state_interval_s = float(state_interval_s or 0.0)
+        self.power_interval_s = float(power_interval_s or 0.0)
         self.prefer = backend
         self.baseline_samples = max(1, int(baseline_samples))
         self.n_samples = 0
         self.n_state_samples = 0
+        self.n_power_samples = 0
         self.errors = 0
         self.reason: str | None = None
         self._backend: Backend | None = None
@@ -122,6 +142,8 @@ class VramPoller:
                 hung = self._thread.is_alive()
                 if hung:
                     self._error(RuntimeError("poller thread did not stop"))
+                elif self.power_interval_s > 0:
+                    self._sample_power()  # after the run's processes ended: a reading past its last step
             self._flush()
             if self._backend is not None and not hung:
                 self._backend.close()
@@ -175,6 +197,8 @@ class VramPoller:
             "reason": reason,
             "interval_s": self.interval_s,
             "state_interval_s": self.state_interval_s,
+            "power_interval_s": self.power_interval_s,
+            "n_power_samples": self.n_power_samples,
             "n_samples": self.n_samples,
             "errors": self.errors,
             "driver_version": self._driver,
@@ -249,6 +273,27 @@ class VramPoller:
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self._state[i][f].append(float(value))
 
+    def _sample_power(self) -> None:
+        """One timed row of every card's energy counter (J) and, where a card has none, its power
+        (W), stamped at the middle of the read; no row when no card gave either."""
+        read = getattr(self._backend, "energy", None)
+        if read is None:
+            return
+        before = time.time()
+        try:
+            rows = read()
+        except Exception as err:  # backends do not raise here; a broken one is counted once per read
+            self._error(err)
+            return
+        t = (before + time.time()) / 2
+        rows = [r if isinstance(r, dict) else {} for r in rows]
+        energy = [_rounded(r.get("energy_j")) for r in rows]
+        power = [_rounded(r.get("power_w")) for r in rows]
+        if all(v is None for v in energy + power):
+            return
+        self.n_power_samples += 1
+        self._buffer.append({"t": round(t, 3), "energy_j": energy, "power_w": power})
+
     def _flush(self) -> None:
         rows, self._buffer = self._buffer, []
         if not rows:
@@ -263,7 +308,7 @@ class VramPoller:
     def _loop(self) -> None:
         next_flush = time.monotonic() + FLUSH_EVERY_S
         next_sample = time.monotonic()
-        next_state = time.monotonic()
+        next_state = next_power = time.monotonic()
         while True:
             try:
                 self._sample()
@@ -271,6 +316,11 @@ class VramPoller:
                 if self.state_interval_s > 0 and now >= next_state:
                     self._sample_state()
                     next_state = now + self.state_interval_s
+                if self.power_interval_s > 0 and now >= next_power:
+                    self._sample_power()
+                    # On a grid, not from now: a read that lands a tick late would stretch every
+                    # interval by that tick (0.1 s of reads at 0.05-s ticks would come every 0.15 s).
+                    next_power = max(next_power + self.power_interval_s, now)
                 if time.monotonic() >= next_flush:
                     self._flush()
                     next_flush = time.monotonic() + FLUSH_EVERY_S

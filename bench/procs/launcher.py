@@ -35,6 +35,7 @@ def run_process(
     tick: Callable[[], None] | None = None,
     extra_env: dict[str, str] | None = None,
     fork: bool = False,
+    stop: Callable[[int, subprocess.Popen], None] | None = None,
 ) -> tuple[int, bool]:
     """Run argv as its own process group, output to log_path; returns (exit code, timed out).
 
@@ -42,7 +43,8 @@ def run_process(
     behind. On timeout or KeyboardInterrupt the whole group is killed (SIGTERM, then SIGKILL);
     after a normal exit any process left in the group is killed too. With ``fork``, a
     ``python -m module`` command is forked from the warm fork server (bench/procs/forkstart.py)
-    (when the driver started it) instead of started afresh; launch.json records which.
+    (when the driver started it) instead of started afresh; launch.json records which. ``stop``
+    ends the tree on a timeout or interrupt instead of kill_group (a Slurm job step: scancel).
     """
     forked = module_argv(argv) if fork and forkstart.ready() else None
     record = {
@@ -89,10 +91,10 @@ def run_process(
                 next_tick = time.monotonic() + TICK_S
                 _tick_quietly(tick)
             if time.monotonic() >= deadline:
-                kill_group(pgid, proc)
+                (stop or kill_group)(pgid, proc)
                 return proc.wait(), True
     except BaseException:
-        kill_group(pgid, proc)
+        (stop or kill_group)(pgid, proc)
         raise
     if group_alive(pgid):
         kill_group(pgid, proc)

@@ -1,6 +1,6 @@
 """The column lists (schemas) of the tables a sweep's results are built from and written as:
 metrics.jsonl's fields as read, runs.csv, summary.csv, contrasts.csv, scaling.csv, trainers.csv,
-loss_parity.csv and vram_per_card.csv (docs/run-contract.md). Names only, no logic."""
+loss_parity.csv and vram_per_card.csv (docs/run-contract.md); the report's file names. Names only, no logic."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ OUTLIER_RATIO = 1.5
 # (vram.json); state_window says which.
 STATE_FIELDS = ["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"]
 STATE_COLUMNS = [f"{f}_{s}" for f in STATE_FIELDS for s in ("min", "median", "max")] + ["state_window"]
+# The energy of a run's measured steps, summed over the run's cards (bench/results/energy.py):
+# joules, joules per sample, where they come from ("energy counter", "power integral", or
+# "n/a (why)"), how many cards, and the median interval between the readings used.
+ENERGY_COLUMNS = ["energy_j", "energy_j_per_sample", "energy_source", "energy_cards", "power_interval_s"]
 STARTUP_COLUMNS = [
     "startup_s", "imports_s", "imports_preloaded", "first_step_s", "to_first_measured_step_s",
     "compile_cache_warm",
@@ -56,11 +60,12 @@ RUNS_COLUMNS = [
     "samples_per_s", "tokens_per_s", "mfu",
     "peak_vram_gib", "peak_vram_sum_gib", "peak_vram_delta_gib", "vram_status",
     "torch_peak_allocated_gib", "torch_peak_reserved_gib", "loss_last", "accuracy_last",
-    *STARTUP_COLUMNS, *STATE_COLUMNS, "start_time", "end_time", *PROVENANCE_COLUMNS,
+    *STARTUP_COLUMNS, *STATE_COLUMNS, *ENERGY_COLUMNS, "start_time", "end_time", *PROVENANCE_COLUMNS,
 ]  # fmt: skip
 RUNS_TEXT_COLUMNS = {
     "run_id", "cell_id", "trainer", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
-    "start_time", "end_time", "state_window", "compile_cache_warm", "imports_preloaded", *PROVENANCE_COLUMNS,
+    "start_time", "end_time", "state_window", "compile_cache_warm", "imports_preloaded", "energy_source",
+    *PROVENANCE_COLUMNS,
 } - {"gpu_count"}  # fmt: skip
 
 SUMMARY_PROVENANCE_COLUMNS = ["hostname", "gpu_name", "torch_version", "liger_version", "git_commit"]
@@ -69,12 +74,14 @@ SUMMARY_COLUMNS = [
     "samples_per_s_mean", "samples_per_s_std", "samples_per_s_ci95_low", "samples_per_s_ci95_high",
     "tokens_per_s_mean", "s_per_step_mean", "s_per_step_median", "s_per_step_ci95_low", "s_per_step_ci95_high",
     "peak_vram_gib", "peak_vram_gib_max", "torch_peak_allocated_gib", "torch_peak_reserved_gib",
-    "mfu_mean", "loss_last_mean",
+    "mfu_mean", "loss_last_mean", "energy_j_per_sample_mean", "energy_source",
     "n_pairs", "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
     "delta_samples_per_s_halfwidth_pct", "delta_samples_per_s_pct_per_pair",
     "precision_target_pct", "pairs_planned", "pairs_wanted", "hit_pair_cap",
     "delta_peak_vram_gib", "delta_peak_vram_gib_ci95_low", "delta_peak_vram_gib_ci95_high",
     "delta_peak_vram_pct", "delta_torch_peak_allocated_gib",
+    "energy_n_pairs", "delta_energy_per_sample_pct", "delta_energy_per_sample_pct_ci95_low",
+    "delta_energy_per_sample_pct_ci95_high",
     "saved_ms_per_step", "saved_ms_per_step_ci95_low", "saved_ms_per_step_ci95_high",
     "saved_ms_per_sample", "saved_ms_per_sample_ci95_low", "saved_ms_per_sample_ci95_high",
     "verdict_speed", "verdict_memory", "loss_parity", "ci_method", *SUMMARY_PROVENANCE_COLUMNS,
@@ -112,4 +119,15 @@ TRAINERS_COLUMNS = [
     "predicted_delta_samples_per_s_pct_ci95_high", "target_n_pairs", "measured_delta_samples_per_s_pct",
     "measured_delta_samples_per_s_pct_ci95_low", "measured_delta_samples_per_s_pct_ci95_high",
     "measured_ci_contains_prediction",
+]  # fmt: skip
+
+# The files `bench report` writes at the top of a sweep directory: always, and only when the
+# sweep has them (contrasts, two trainers of one cell, several world sizes, a capacity search).
+# README.md's and docs/run-contract.md's layouts name each one (tests/test_docs_match.py).
+REPORT_FILES = [
+    "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md", "forest.png",
+    "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png",
+]  # fmt: skip
+OPTIONAL_REPORT_FILES = [
+    "contrasts.csv", "trainers.csv", "scaling.csv", "scaling.png", "capacity.csv", "capacity.png",
 ]  # fmt: skip

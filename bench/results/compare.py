@@ -1,51 +1,39 @@
-"""Compare two sweeps' results (two machines or two commits), row by row.
+"""Compare two sweeps' results (two machines or two commits), row by row, and hold B to A.
 
-Each input is a summary.csv, or a runs.csv that is first aggregated through summary_table.
-Rows are joined on KEY_COLUMNS (a file from before the trainer column reads as our trainer's,
-bench.results.tables.with_trainer); B is compared with A. Where the per-run values of both sides
-are at hand (a runs.csv given, or the runs.csv beside a summary.csv), each row's B/A ratio
-gets a 95% CI: runs of different sweeps are not paired, so it is Welch's interval on log
-throughput, and a verdict says which differences are real.
+Each input is a summary.csv, or a runs.csv that is first aggregated through summary_table
+(reading and checking them: compare_inputs.py). Rows are joined on KEY_COLUMNS (a file from
+before the trainer column reads as our trainer's, bench.results.tables.with_trainer); B is
+compared with A. Where the per-run values of both sides are at hand (a runs.csv given, or the
+runs.csv beside a summary.csv), each row's B/A ratio gets a 95% CI: runs of different sweeps
+are not paired, so it is Welch's interval on log throughput, and a verdict says which
+differences are real. With a threshold, the regression gate (gate.py) judges each row.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from bench import fmt
-from bench.results import stats
+from bench.results import gate, stats
 from bench.results.columns import DEFAULT_TRAINER
+from bench.results.compare_inputs import KEY_COLUMNS, key_value, load_summary
 from bench.results.plots import plot_compare
 from bench.results.report import write_csv
-from bench.results.tables import join_unique, summary_table, with_trainer
+from bench.results.tables import join_unique
 
-KEY_COLUMNS = ["trainer", "profile", "mode", "batch_size", "seq_len", "gpus", "arm"]
-_OPTIONAL_KEYS = {"trainer"}  # filled in when a file has none
-SUMMARY_NEEDED = [
-    *(c for c in KEY_COLUMNS if c not in _OPTIONAL_KEYS),
-    "samples_per_s_mean",
-    "s_per_step_mean",
-    "peak_vram_gib",
-    "delta_samples_per_s_pct",
-]
-RUNS_NEEDED = [
-    "run_id",
-    "cell_id",
-    *(c for c in KEY_COLUMNS if c not in _OPTIONAL_KEYS),
-    "repeat",
-    "status",
-    "samples_per_s",
-    "s_per_step_mean",
-    "peak_vram_gib",
-]
+__all__ = ["COMPARE_COLUMNS", "KEY_COLUMNS", "compare", "compare_tables", "run_compare"]
+
 COMPARE_COLUMNS = [
     *KEY_COLUMNS, "present",
     "samples_per_s_a", "samples_per_s_b", "samples_per_s_ratio_b_over_a", "samples_per_s_delta_pct",
     "s_per_step_a", "s_per_step_b", "peak_vram_gib_a", "peak_vram_gib_b", "peak_vram_delta_gib",
-    "delta_samples_per_s_pct_a", "delta_samples_per_s_pct_b",
+    "delta_samples_per_s_pct_a", "delta_samples_per_s_pct_ci95_low_a", "delta_samples_per_s_pct_ci95_high_a",
+    "delta_samples_per_s_pct_b", "delta_samples_per_s_pct_ci95_low_b", "delta_samples_per_s_pct_ci95_high_b",
     "n_runs_a", "n_runs_b", "samples_per_s_delta_pct_ci95_low", "samples_per_s_delta_pct_ci95_high", "verdict",
+    "gate",
 ]  # fmt: skip
 MIN_RUNS = 3  # per side, for a verdict on an unpaired comparison
 _VALUES = {
@@ -53,72 +41,16 @@ _VALUES = {
     "s_per_step_mean": "s_per_step",
     "peak_vram_gib": "peak_vram_gib",
     "delta_samples_per_s_pct": "delta_samples_per_s_pct",
+    "delta_samples_per_s_pct_ci95_low": "delta_samples_per_s_pct_ci95_low",
+    "delta_samples_per_s_pct_ci95_high": "delta_samples_per_s_pct_ci95_high",
 }
-
-
-def load_summary(path: str | Path) -> pd.DataFrame:
-    """A summary table from a summary.csv or runs.csv; ValueError (one line, naming the file) otherwise."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(
-            f"{path}: is a directory; expected a summary.csv or runs.csv (e.g. {path / 'summary.csv'})"
-        )
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise ValueError(f"{path}: not a readable CSV ({first})") from None
-    kind, needed = ("runs.csv", RUNS_NEEDED) if "run_id" in df.columns else ("summary.csv", SUMMARY_NEEDED)
-    missing = [c for c in needed if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: not a usable {kind}; missing columns: {', '.join(missing)}")
-    df = with_trainer(summary_table(df) if kind == "runs.csv" else df)
-    df.attrs["runs"] = per_run_values(pd.read_csv(path) if kind == "runs.csv" else _runs_beside(path))
-    for c in ("batch_size", "seq_len", "gpus"):
-        df[c] = pd.to_numeric(df[c], errors="coerce")
-    dup = df[df.duplicated(KEY_COLUMNS, keep=False)]
-    if len(dup):
-        raise ValueError(
-            f"{path}: several rows share the key {KEY_COLUMNS}: {dup[KEY_COLUMNS].iloc[0].tolist()}"
-        )
-    return df
-
-
-def _runs_beside(summary_path: Path) -> pd.DataFrame | None:
-    """The runs.csv a sweep wrote next to its summary.csv, when it is there and readable."""
-    path = summary_path.parent / "runs.csv"
-    try:
-        runs = pd.read_csv(path)
-    except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
-        return None
-    return runs if set(RUNS_NEEDED) <= set(runs.columns) else None
-
-
-def per_run_values(runs: pd.DataFrame | None) -> dict[tuple, list[float]]:
-    """KEY_COLUMNS -> samples/s of each ok run."""
-    if runs is None:
-        return {}
-    runs = with_trainer(runs)
-    ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()].copy()
-    for c in ("batch_size", "seq_len", "gpus"):
-        ok[c] = pd.to_numeric(ok[c], errors="coerce")
-    return {
-        tuple(_key_value(v) for v in key): list(g["samples_per_s"].astype(float))
-        for key, g in ok.groupby(KEY_COLUMNS, dropna=False)
-    }
-
-
-def _key_value(v):
-    return float(v) if isinstance(v, int | float) else v
 
 
 def _significance(m: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float) -> pd.DataFrame:
     runs_a, runs_b = a.attrs.get("runs") or {}, b.attrs.get("runs") or {}
     cols = {k: [] for k in ("n_runs_a", "n_runs_b", "lo", "hi", "verdict")}
     for r in m.itertuples():
-        key = tuple(_key_value(getattr(r, c)) for c in KEY_COLUMNS)
+        key = tuple(key_value(getattr(r, c)) for c in KEY_COLUMNS)
         va, vb = runs_a.get(key), runs_b.get(key)
         cols["n_runs_a"].append(len(va) if va is not None else float("nan"))
         cols["n_runs_b"].append(len(vb) if vb is not None else float("nan"))
@@ -160,7 +92,9 @@ def compare_tables(a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float = 1.
     """COMPARE_COLUMNS, one row per key in A or B (``present``: both / A only / B only), A's order first."""
 
     def side(df: pd.DataFrame, suffix: str) -> pd.DataFrame:
-        out = df[KEY_COLUMNS + list(_VALUES)].rename(columns={k: f"{v}_{suffix}" for k, v in _VALUES.items()})
+        out = df.reindex(columns=KEY_COLUMNS + list(_VALUES)).rename(
+            columns={k: f"{v}_{suffix}" for k, v in _VALUES.items()}
+        )
         return out.assign(**{f"_order_{suffix}": range(len(out))})
 
     m = side(a, "a").merge(side(b, "b"), on=KEY_COLUMNS, how="outer", indicator=True)
@@ -227,15 +161,55 @@ def format_compare(df: pd.DataFrame, label_a: str, label_b: str) -> str:
     return "\n".join(lines)
 
 
-def compare(a_csv: str | Path, b_csv: str | Path, out_dir: str | Path | None = None) -> pd.DataFrame:
-    """Compare B with A, print the table; with out_dir also write compare.csv and compare.png."""
+def compare(
+    a_csv: str | Path,
+    b_csv: str | Path,
+    out_dir: str | Path | None = None,
+    fail_if_slower: float | None = None,
+) -> pd.DataFrame:
+    """Compare B with A, print the table; with out_dir also write compare.csv and compare.png.
+
+    Warnings about a runs.csv beside a summary that was ignored go to stderr. With
+    ``fail_if_slower`` the ``gate`` column holds each row's outcome (gate.decide).
+    """
     a_csv, b_csv = Path(a_csv), Path(b_csv)
     a, b = load_summary(a_csv), load_summary(b_csv)
+    for line in a.attrs["warnings"] + b.attrs["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)
     label_a, label_b = _label(a, a_csv), _label(b, b_csv)
     df = compare_tables(a, b)
+    if fail_if_slower is not None:
+        decisions = gate.decide(df, fail_if_slower, MIN_RUNS)
+        df["gate"] = [d.outcome if d else None for d in decisions]
     print(format_compare(df, label_a, label_b))
     if out_dir is not None:
         out = Path(out_dir)
         write_csv(df, out / "compare.csv")
         plot_compare(df[df["present"] == "both"], out / "compare.png", label_a, label_b)
     return df
+
+
+def run_compare(
+    a_csv: str | Path,
+    b_csv: str | Path,
+    out_dir: str | Path | None = None,
+    fail_if_slower: str | float | None = None,
+    fail_if_inconclusive: bool = False,
+) -> int:
+    """`bench compare`: the table, the files, the gate's lines; the exit status: 0, or
+    gate.EXIT_FAILED when the gate failed (README). Bad input: ValueError (one line), checked
+    before anything is written, except the gate's finding that no row could be judged."""
+    pct = None if fail_if_slower is None else gate.parse_threshold(fail_if_slower)
+    if fail_if_inconclusive and pct is None:
+        raise ValueError("--fail-if-inconclusive: needs --fail-if-slower PCT")
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ValueError(f"--out {out_dir}: is a file; expected a directory for compare.csv and compare.png")
+    df = compare(a_csv, b_csv, out_dir, pct)
+    if pct is None:
+        return 0
+    lines, final, status = gate.verdict(gate.decide(df, pct, MIN_RUNS), pct, fail_if_inconclusive)
+    print("\n".join(lines))
+    if status == 2:
+        raise ValueError(final)
+    print(final)
+    return status

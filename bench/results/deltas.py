@@ -22,9 +22,10 @@ def _by_repeat(ok: pd.DataFrame, col: str) -> pd.Series:
     return ok.drop_duplicates("repeat", keep="last").set_index("repeat")[col]
 
 
-def log_ratios(base_ok: pd.DataFrame, ok: pd.DataFrame) -> pd.Series:
-    """Per pair (repeat) where both runs are ok: ln(arm samples/s / baseline samples/s)."""
-    b, o = _by_repeat(base_ok, "samples_per_s"), _by_repeat(ok, "samples_per_s")
+def log_ratios(base_ok: pd.DataFrame, ok: pd.DataFrame, col: str = "samples_per_s") -> pd.Series:
+    """Per pair (repeat) where both runs are ok and have ``col``: ln(arm's / baseline's), samples/s
+    unless ``col`` says another ratio scale (energy_j_per_sample)."""
+    b, o = _by_repeat(base_ok, col), _by_repeat(ok, col)
     common = b.index.intersection(o.index)
     with np.errstate(divide="ignore", invalid="ignore"):
         lr = np.log(o[common].astype(float) / b[common].astype(float))
@@ -152,6 +153,7 @@ def delta_columns(
         }
     )
     row.update(_memory_and_time(base_ok, ok, min_pairs, equivalence_pct))
+    row.update(energy_delta(base_ok, ok))
     if arm == AA and ref == BASELINE:  # the baseline against itself: a check, not a finding
         aa_target = target["ci_halfwidth_pct"] if target else equivalence_pct
         row["verdict_speed"] = aa_verdict(sps, min_pairs, aa_target, row["verdict_speed"])
@@ -173,6 +175,21 @@ def aa_verdict(sps: stats.Delta, min_pairs: int, target_pct: float, speed: str) 
             "inconclusive"
         )
     return f"A/A check passed: CI contains 0 (±{sps.halfwidth:.2f} points)"
+
+
+def energy_delta(base_ok: pd.DataFrame, ok: pd.DataFrame) -> dict[str, Any]:
+    """Δ energy per sample (J/sample, the arm vs the reference) with the estimator of Δ samples/s:
+    per pair the log-ratio, the ratio of geometric means with a t-interval on the log-ratios. Pairs
+    only (a pair with a run without energy drops out), and the plain interval: Stein's rule chose
+    the number of pairs for samples/s, not for energy."""
+    col = "energy_j_per_sample"  # absent from tables of runs recorded without it: no pair
+    d = stats.paired_log_delta(list(log_ratios(base_ok, ok, col)) if col in base_ok and col in ok else [])
+    return {
+        "energy_n_pairs": d.n,
+        "delta_energy_per_sample_pct": d.pct,
+        "delta_energy_per_sample_pct_ci95_low": d.lo,
+        "delta_energy_per_sample_pct_ci95_high": d.hi,
+    }
 
 
 def _memory_and_time(

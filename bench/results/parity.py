@@ -1,6 +1,11 @@
 """Loss parity: per cell, arm and repeat, the arm's logged losses against the baseline's of the
 same pair, step by step (loss_parity.csv), the verdict in words that summary.csv carries, and
-why a (cell, repeat) has no row. A speed Δ of an arm that fails it compares two trainings."""
+why a (cell, repeat) has no row. A speed Δ of an arm that fails it compares two trainings.
+
+Only runs that entered the statistics are compared (records.in_statistics: ok, throughput
+measured; not a run flagged for a bad value in its metrics, too few steps, or an unconfirmed
+identity); a pair with a run left out has no row, and loss_parity_gaps says why.
+``in_statistics_records`` is the same filter for anything else drawn from the runs (plots)."""
 
 from __future__ import annotations
 
@@ -10,10 +15,35 @@ import pandas as pd
 
 from bench import fmt
 from bench.arms import BASELINE
-from bench.results.columns import LOSS_PARITY_COLUMNS, PARITY_CRITERION, SUMMARY_COLUMNS
-from bench.results.records import RunRecord
+from bench.results.columns import LOSS_PARITY_COLUMNS, PARITY_CRITERION, RUNS_COLUMNS, SUMMARY_COLUMNS
+from bench.results.records import RunRecord, in_statistics, run_row
 
 NAN = float("nan")
+
+
+def excluded_runs(records: list[RunRecord], runs: pd.DataFrame | None = None) -> dict[str, str]:
+    """run_id -> why the run is out of the statistics (its status and reason, or its runs.csv
+    note), for every record that is. ``runs``: runs.csv's table of these records (run_row per
+    record); computed here when None."""
+    if runs is None:
+        runs = pd.DataFrame([run_row(r) for r in records]).reindex(columns=RUNS_COLUMNS)
+    out = runs[~in_statistics(runs)]
+    return {
+        str(r.run_id): (
+            (r.note if isinstance(r.note, str) else "its throughput was not measured")
+            if r.status == "ok"
+            else f"status {r.status}: {r.reason or '-'}"
+        )
+        for r in out.itertuples()
+    }
+
+
+def in_statistics_records(records: list[RunRecord], runs: pd.DataFrame | None = None) -> list[RunRecord]:
+    """The records whose runs entered the statistics (records.in_statistics over runs.csv's rows):
+    what loss parity compares, and what a plot of the runs should draw. ``runs``: runs.csv's table
+    of these records, when the caller has it (else each record's row is computed)."""
+    out = excluded_runs(records, runs)
+    return [r for r in records if r.run_id not in out]
 
 
 def _arm_pairs(records: list[RunRecord]) -> dict[tuple[Any, Any], dict[str, RunRecord]]:
@@ -57,15 +87,18 @@ def _other_arms(arms: dict[str, RunRecord]) -> list[str]:
     return [a for a in arms if a != BASELINE]
 
 
-def loss_parity_table(records: list[RunRecord], default_tolerance: float = 1e-2) -> pd.DataFrame:
+def loss_parity_table(
+    records: list[RunRecord], default_tolerance: float = 1e-2, runs: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """loss_parity.csv: per cell, arm and repeat where the arm and the baseline of the same pair
-    logged losses, step-by-step |Δ loss|.
+    both entered the statistics and logged losses, step-by-step |Δ loss|.
 
     max_abs_delta is over every common step (warm-up included); pass/fail is PARITY_CRITERION.
-    Repeats missing a counterpart get no row; see loss_parity_gaps.
+    Repeats missing a counterpart get no row; see loss_parity_gaps. ``runs``: runs.csv's table of
+    these records, when the caller has it (in_statistics_records).
     """
     rows = []
-    for arms in _arm_pairs(records).values():
+    for arms in _arm_pairs(in_statistics_records(records, runs)).values():
         if BASELINE not in arms:
             continue
         for arm in _other_arms(arms):
@@ -100,9 +133,11 @@ def with_loss_parity(summary: pd.DataFrame, parity: pd.DataFrame) -> pd.DataFram
     return out.reindex(columns=SUMMARY_COLUMNS)
 
 
-def loss_parity_gaps(records: list[RunRecord]) -> list[str]:
-    """One line per (cell, repeat) with no loss-parity row, saying why."""
+def loss_parity_gaps(records: list[RunRecord], runs: pd.DataFrame | None = None) -> list[str]:
+    """One line per (cell, repeat) with no loss-parity row, saying why (``runs``: as for
+    loss_parity_table)."""
     gaps = []
+    excluded = excluded_runs(records, runs)
     for (cell_id, repeat), arms in _arm_pairs(records).items():
         where = f"{cell_id} repeat {repeat}"
         if BASELINE not in arms or not _other_arms(arms):
@@ -112,11 +147,15 @@ def loss_parity_gaps(records: list[RunRecord]) -> list[str]:
         for arm in _other_arms(arms):
             pair = (BASELINE, arm)
             empty = [a for a in pair if arms[a].metrics["loss"].dropna().empty]
+            out = [a for a in pair if arms[a].run_id in excluded]
             if empty:
                 why = "; ".join(
                     f"{a} has no losses (status {arms[a].status}: {arms[a].reason or '-'})" for a in empty
                 )
                 gaps.append(f"{where}: {why}")
+            elif out:  # losses logged, but the run is not one the statistics count
+                why = "; ".join(f"{a} is out of the statistics ({excluded[arms[a].run_id]})" for a in out)
+                gaps.append(f"{where}: {arm} not compared: {why}")
             elif _parity_row(arms[BASELINE], arms[arm], NAN) is None:
                 gaps.append(f"{where}: {arm} and baseline share no logged step")
     return gaps

@@ -1,45 +1,30 @@
-"""PNG plots of a sweep (matplotlib's Agg canvas, no pyplot state). Each function writes one file
-atomically and returns its path; missing arms, NaNs and CPU runs without VRAM data give a plot
-with a visible note instead of an error.
+"""PNG plots of a sweep's tables (matplotlib's Agg canvas, no pyplot state): throughput and
+peak VRAM per card, each bar labelled with its arm's Δ; scaling; capacity; and `bench compare`'s
+figure. Each function writes one file atomically and returns its path; missing arms, NaNs and
+CPU runs without VRAM data give a plot with a visible note instead of an error. ``throughput_bars``
+and ``vram_labels`` are the data the first two draw. The run-level plots (loss, step times) are
+bench.results.runplots'; the headline forest plot is bench.results.forest's.
 """
 
 from __future__ import annotations
 
-import io
 import math
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from bench import fmt
 from bench.arms import BASELINE
-from bench.fileio import atomic_write_bytes
+from bench.results.canvas import LABEL_BOX, NO_VRAM_NOTE, grid, note, save, wrap
+from bench.results.canvas import arms_in_order as _arms
+from bench.results.canvas import color as _color
 from bench.results.columns import DEFAULT_TRAINER
-from bench.results.records import RunRecord
+from bench.results.forest import cell_label, compare_forest_rows, delta_text, plot_forest
 from bench.results.tables import with_trainer
 
-ARM_COLORS = {"baseline": "tab:blue", "liger": "tab:orange"}
-NO_VRAM_NOTE = "no VRAM data (CPU run / poller unavailable)"
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    atomic_write_bytes(path, buf.getvalue())
-    return Path(path)
-
-
-def _arms(values: Iterable) -> list[str]:
-    """Arms in display order: baseline first, then the rest alphabetically."""
-    return sorted({str(a) for a in values if isinstance(a, str)}, key=lambda a: (a != BASELINE, a))
-
-
-def _color(arm: str, arms: list[str]) -> str:
-    return ARM_COLORS.get(arm, f"C{2 + arms.index(arm) % 8}")
+THROUGHPUT_BAR_COLUMNS = ["cell", "arm", "x", "mean", "err_low", "err_high", "label"]
 
 
 def _trainer_note(trainer: str) -> str:
@@ -47,92 +32,154 @@ def _trainer_note(trainer: str) -> str:
     return "" if trainer == DEFAULT_TRAINER else f" ({trainer})"
 
 
-def _note(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.3")
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _grid(n: int, title: str) -> tuple[Figure, list[Axes]]:
-    """A figure with one panel per cell (at most 3 across); unused panels hidden."""
-    ncols = max(1, min(n, 3))
-    nrows = max(1, math.ceil(n / ncols))
-    fig = Figure(figsize=(5.2 * ncols, 3.8 * nrows), layout="constrained")
-    axes = list(fig.subplots(nrows, ncols, squeeze=False).flat)
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    fig.suptitle(title)
-    return fig, axes
-
-
-def _cells(records: list[RunRecord]) -> list[str]:
-    return list(dict.fromkeys(str(r.cell_id) for r in records))
+def throughput_bars(summary: pd.DataFrame) -> pd.DataFrame:
+    """The bars of throughput.png: per (cell, arm) with an ok run its mean samples/s at x, the
+    95% CI as error lengths (the lower one clipped at 0 samples/s), and the arm's Δ vs baseline
+    with its paired CI as the label ("" for the baseline)."""
+    cells = list(dict.fromkeys(summary["cell_id"]))
+    arms = _arms(summary["arm"])
+    width = 0.8 / max(1, len(arms))
+    rows = []
+    for k, arm in enumerate(arms):
+        s = summary[summary["arm"] == arm].set_index("cell_id")
+        for i, cell in enumerate(cells):
+            if cell not in s.index or fmt.isnan(s.at[cell, "samples_per_s_mean"]):
+                continue
+            r = s.loc[cell]
+            mean = float(r["samples_per_s_mean"])
+            lo, hi = fmt.num(r["samples_per_s_ci95_low"]), fmt.num(r["samples_per_s_ci95_high"])
+            label = "" if arm == BASELINE else delta_text(
+                r["delta_samples_per_s_pct"], r["delta_samples_per_s_pct_ci95_low"], r["delta_samples_per_s_pct_ci95_high"]
+            )  # fmt: skip
+            rows.append({
+                "cell": cell, "arm": arm, "x": i + (k - (len(arms) - 1) / 2) * width, "mean": mean,
+                "err_low": 0.0 if math.isnan(lo) else min(mean - lo, mean), "err_high": 0.0 if math.isnan(hi) else hi - mean,
+                "label": label or ("" if arm == BASELINE else str(r["verdict_speed"]) if isinstance(r["verdict_speed"], str) else ""),
+            })  # fmt: skip
+    return pd.DataFrame(rows, columns=THROUGHPUT_BAR_COLUMNS)
 
 
 def plot_throughput(summary: pd.DataFrame, path: str | Path) -> Path:
-    """Samples/s per cell, arms side by side, error bars = 95% CI over repeats."""
-    fig = Figure(figsize=(max(6.0, 1.8 * summary["cell_id"].nunique() + 2), 4.5), layout="constrained")
-    ax = fig.subplots()
+    """Samples/s per cell, arms side by side, error bars = 95% CI over repeats (clipped at 0),
+    each arm's bar labelled with its Δ vs the baseline; legend entries only for arms with bars."""
     cells = list(dict.fromkeys(summary["cell_id"]))
     arms = _arms(summary["arm"])
-    if not cells or summary["samples_per_s_mean"].isna().all():
-        _note(ax, "no throughput data (no run finished ok)")
+    fig = Figure(figsize=(max(7.0, (1.2 + 1.1 * len(arms)) * len(cells) + 1.5), 5.0), layout="constrained")
+    ax = fig.subplots()
+    bars = throughput_bars(summary)
+    if bars.empty:
+        note(ax, "no throughput data (no run finished ok)")
     width = 0.8 / max(1, len(arms))
-    for k, arm in enumerate(arms):
-        s = summary[summary["arm"] == arm].set_index("cell_id").reindex(cells)
-        x = np.arange(len(cells)) + (k - (len(arms) - 1) / 2) * width
-        mean = s["samples_per_s_mean"].to_numpy(dtype=float)
-        lo = np.nan_to_num(mean - s["samples_per_s_ci95_low"].to_numpy(dtype=float))
-        hi = np.nan_to_num(s["samples_per_s_ci95_high"].to_numpy(dtype=float) - mean)
-        has = ~np.isnan(mean)
+    for arm in _arms(bars["arm"]):
+        b = bars[bars["arm"] == arm]
         ax.bar(
-            x[has], mean[has], width, yerr=[lo[has], hi[has]], capsize=4, label=arm, color=_color(arm, arms)
+            b["x"],
+            b["mean"],
+            width,
+            yerr=[b["err_low"], b["err_high"]],
+            capsize=4,
+            label=arm,
+            color=_color(arm, arms),
         )
-        for xi in x[~has]:
-            ax.text(xi, 0, f"{arm}:\nno ok run", ha="center", va="bottom", fontsize=7, color="0.4")
+        for r in b.itertuples():
+            if r.label:
+                ax.annotate(r.label.replace(" [", "\n["), (r.x, r.mean + r.err_high), xytext=(0, 3), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=7.5, bbox=LABEL_BOX)  # fmt: skip
+    for i, cell in enumerate(cells):  # an arm of a cell with no ok run: said where its bar would be
+        for k, arm in enumerate(arms):
+            if len(bars) and not ((bars["cell"] == cell) & (bars["arm"] == arm)).any():
+                x = i + (k - (len(arms) - 1) / 2) * width
+                ax.text(
+                    x,
+                    0,
+                    f" {arm}: no ok run",
+                    rotation=90,
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    color="0.35",
+                )
     if cells:
-        ax.set_xticks(np.arange(len(cells)), [str(c).replace("_", "\n", 1) for c in cells], fontsize=8)
+        labels = [wrap(cell_label(r)) for r in summary.drop_duplicates("cell_id").itertuples()]
+        ax.set_xticks(np.arange(len(cells)), labels, fontsize=9)
         ax.set_xlim(-0.5, len(cells) - 0.5)
+    top = (bars["mean"] + bars["err_high"]).max() if len(bars) else 1.0
+    ax.set_ylim(0, 1.22 * top)
     ax.set_ylabel("samples/s (steady state)")
-    ax.set_title("Throughput per cell (error bars: 95% CI over repeats)")
-    if arms:
-        ax.legend()
-    return _save(fig, path)
+    ax.set_title("Throughput per cell (error bars: 95% CI over runs; labels: Δ vs baseline, paired 95% CI)")
+    if len(bars):
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return save(fig, path)
+
+
+def vram_labels(vram_df: pd.DataFrame) -> pd.DataFrame:
+    """The labels of vram_per_card.png: per (cell, card, arm other than the baseline) the arm's
+    peak minus the baseline's on that card (max over repeats each), as "+1.97" / "-5.21" GiB."""
+    data = vram_df.dropna(subset=["peak_used_gib"])
+    if data.empty:
+        return pd.DataFrame(columns=["cell_id", "card", "arm", "delta_gib", "label"])
+    data, _ = _cards(data)
+    peaks = data.groupby(["cell_id", "card", "arm"], sort=False)["peak_used_gib"].max().reset_index()
+    base = peaks[peaks["arm"] == BASELINE].set_index(["cell_id", "card"])["peak_used_gib"]
+    other = peaks[peaks["arm"] != BASELINE].copy()
+    other["delta_gib"] = [
+        r.peak_used_gib - base.get((r.cell_id, r.card), math.nan) for r in other.itertuples()
+    ]
+    other["label"] = [delta_text(d, math.nan, math.nan, "+.2f", "") for d in other["delta_gib"]]
+    return other[["cell_id", "card", "arm", "delta_gib", "label"]].reset_index(drop=True)
 
 
 def plot_vram_per_card(vram_df: pd.DataFrame, path: str | Path) -> Path:
-    """Peak used GiB on every card per arm (max over repeats), one panel per cell; idle cards shown."""
+    """Peak used GiB on every card per arm (max over repeats), one panel per cell; idle cards
+    shown; the idle baseline drawn as a black bar across each bar; other arms' bars labelled with
+    their Δ GiB vs the baseline on the same card."""
     data = vram_df.dropna(subset=["peak_used_gib"])
     if data.empty:
         fig = Figure(figsize=(6, 3), layout="constrained")
         ax = fig.subplots()
-        _note(ax, NO_VRAM_NOTE)
+        note(ax, NO_VRAM_NOTE)
         ax.set_title("Peak VRAM per card")
-        return _save(fig, path)
+        return save(fig, path)
     cells = list(dict.fromkeys(vram_df["cell_id"]))
     arms = _arms(data["arm"])
-    fig, axes = _grid(len(cells), "Peak VRAM per card (polled; max over repeats; tick = idle baseline)")
+    labels = vram_labels(vram_df).set_index(["cell_id", "card", "arm"])["label"]
+    fig, axes = grid(
+        len(cells),
+        "Peak VRAM per card (polled; max over repeats; black line = idle baseline, median over runs; labels: Δ GiB vs baseline)",
+        width=6.0,
+        height=4.2,
+    )
     for ax, cell in zip(axes, cells):
         c = data[data["cell_id"] == cell]
+        ax.set_title(wrap(str(cell), 60), fontsize=9)
         if c.empty:
-            _note(ax, NO_VRAM_NOTE)
-            ax.set_title(str(cell), fontsize=9)
+            note(ax, NO_VRAM_NOTE)
             continue
         c, cards = _cards(c)
         cell_arms = [a for a in arms if (c["arm"] == a).any()]
         width = 0.8 / len(cell_arms)
         for k, arm in enumerate(cell_arms):
-            a = c[c["arm"] == arm].groupby("card")[["peak_used_gib", "baseline_used_gib"]].max()
-            a = a.reindex(cards)
+            a = (
+                c[c["arm"] == arm]
+                .groupby("card")
+                .agg({"peak_used_gib": "max", "baseline_used_gib": "median"})
+                .reindex(cards)
+            )
             x = np.arange(len(cards)) + (k - (len(cell_arms) - 1) / 2) * width
             ax.bar(x, a["peak_used_gib"].fillna(0), width, label=arm, color=_color(arm, arms))
-            ax.scatter(x, a["baseline_used_gib"], marker="_", color="k", s=60, zorder=3)
+            ax.hlines(a["baseline_used_gib"], x - width / 2, x + width / 2, color="k", lw=2.5, zorder=3,
+                      label="idle baseline" if k == 0 else None)  # fmt: skip
+            for xi, card, peak in zip(x, cards, a["peak_used_gib"]):
+                text = labels.get((cell, card, arm), "")
+                if text and not fmt.isnan(peak):
+                    ax.annotate(f"{text} GiB", (xi, peak), xytext=(0, 3), textcoords="offset points", ha="center",
+                                va="bottom", fontsize=7.5, bbox=LABEL_BOX)  # fmt: skip
         ax.set_xticks(np.arange(len(cards)), cards)
         ax.set_xlabel("node:card" if ":" in cards[0] else "card")
         ax.set_ylabel("peak used (GiB)")
-        ax.set_title(str(cell), fontsize=9)
-        ax.legend(fontsize=8)
-    return _save(fig, path)
+        ax.margins(y=0.15)
+        ax.legend(fontsize=8, loc="lower right")
+    return save(fig, path)
 
 
 def _cards(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -148,75 +195,12 @@ def _cards(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return rows.assign(card=labels), [f"{n}:{i}" if spans else str(i) for n, i in order]
 
 
-def plot_loss_curves(records: list[RunRecord], path: str | Path) -> Path:
-    """Loss vs step for every run, arms overlaid per cell; the dropped warm-up region is shaded."""
-    cells = _cells(records)
-    fig, axes = _grid(max(1, len(cells)), "Loss curves (baseline solid, other arms dashed)")
-    if not cells:
-        _note(axes[0], "no runs")
-    arms = _arms(r.arm for r in records)
-    for ax, cell in zip(axes, cells):
-        runs = [r for r in records if str(r.cell_id) == cell and r.metrics["loss"].notna().any()]
-        ax.set_title(cell, fontsize=9)
-        if not runs:
-            _note(ax, "no losses logged")
-            continue
-        warmup = max(r.warmup_steps for r in runs)
-        if warmup > 0:
-            ax.axvspan(0.5, warmup + 0.5, color="0.85", label=f"warm-up ({warmup} steps, dropped)")
-        labelled = set()
-        for r in runs:
-            arm = str(r.arm)
-            ax.plot(
-                r.metrics["step"],
-                r.metrics["loss"],
-                color=_color(arm, arms) if arm in arms else "0.5",
-                linestyle="-" if arm == BASELINE else "--",
-                alpha=0.8,
-                label=None if arm in labelled else arm,
-            )
-            labelled.add(arm)
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss")
-        ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
-def plot_step_time_dist(records: list[RunRecord], path: str | Path) -> Path:
-    """Box plots of steady-state step times per arm (ok runs, repeats pooled), one panel per cell."""
-    cells = _cells(records)
-    fig, axes = _grid(max(1, len(cells)), "Steady-state step time (warm-up dropped; repeats pooled)")
-    if not cells:
-        _note(axes[0], "no runs")
-    for ax, cell in zip(axes, cells):
-        ax.set_title(cell, fontsize=9)
-        runs = [r for r in records if str(r.cell_id) == cell]
-        ok = [r for r in runs if r.status == "ok"]
-        arms = [a for a in _arms(r.arm for r in ok) if any(len(r.steady) for r in ok if r.arm == a)]
-        if not arms:
-            _note(ax, "no steady-state steps (no run finished ok)")
-            continue
-        missing = [a for a in _arms(r.arm for r in runs) if a not in arms]
-        if missing:
-            ax.text(
-                0.02, 0.98, f"no data: {', '.join(missing)}", transform=ax.transAxes, va="top", fontsize=8
-            )
-        data = [np.concatenate([r.steady["step_time_s"].to_numpy() for r in ok if r.arm == a]) for a in arms]
-        box = ax.boxplot(data, patch_artist=True)
-        for patch, arm in zip(box["boxes"], arms):
-            patch.set_facecolor(_color(arm, arms))
-            patch.set_alpha(0.6)
-        ax.set_xticks(range(1, len(arms) + 1), arms)
-        ax.set_ylabel("s/step")
-    return _save(fig, path)
-
-
 def plot_scaling(scaling: pd.DataFrame, path: str | Path) -> Path:
     """Samples/s vs world size per arm, one panel per series, with the ideal (linear) line."""
     series = list(
         with_trainer(scaling).groupby(["profile", "mode", "batch_size", "seq_len", "trainer"], sort=False)
     )
-    fig, axes = _grid(max(1, len(series)), "Scaling over world size (dashed: linear from the smallest size)")
+    fig, axes = grid(max(1, len(series)), "Scaling over world size (dashed: linear from the smallest size)")
     for ax, (key, g) in zip(axes, series):
         arms = _arms(g["arm"])
         for arm in arms:
@@ -234,7 +218,7 @@ def plot_scaling(scaling: pd.DataFrame, path: str | Path) -> Path:
             fontsize=9,
         )
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) -> Path:
@@ -243,7 +227,7 @@ def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) 
     axis = capacity["axis"].iloc[0]
     other = "seq_len" if axis == "batch_size" else "batch_size"
     groups = list(with_trainer(runs).groupby(["profile", "mode", other, "gpus", "trainer"], sort=False))
-    fig, axes = _grid(max(1, len(groups)), f"Capacity: peak VRAM vs {axis} (x: out of memory)")
+    fig, axes = grid(max(1, len(groups)), f"Capacity: peak VRAM vs {axis} (x: out of memory)")
     for ax, ((profile, mode, fixed, gpus, trainer), g) in zip(axes, groups):
         arms = _arms(g["arm"])
         total = capacity[(capacity["profile"] == profile) & (capacity["mode"] == mode)][
@@ -266,33 +250,17 @@ def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) 
             fontsize=9,
         )
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_compare(df: pd.DataFrame, path: str | Path, label_a: str, label_b: str) -> Path:
-    """Two panels for `bench compare`: samples/s and peak VRAM, A vs B, one bar pair per row."""
-    fig = Figure(figsize=(max(7.0, 0.9 * len(df) + 3), 7), layout="constrained")
-    axes = fig.subplots(2, 1)
-    labels = [
-        f"{r.profile} {r.mode}\nbs{fmt.integer(r.batch_size)} s{fmt.integer(r.seq_len)} {r.arm}"
-        for r in df.itertuples()
-    ]
-    x = np.arange(len(df))
-    for ax, col, ylabel in (
-        (axes[0], "samples_per_s", "samples/s"),
-        (axes[1], "peak_vram_gib", "peak VRAM (GiB, polled)"),
-    ):
-        a = df[f"{col}_a"].to_numpy(dtype=float)
-        b = df[f"{col}_b"].to_numpy(dtype=float)
-        if np.isnan(a).all() and np.isnan(b).all():
-            _note(ax, NO_VRAM_NOTE if col == "peak_vram_gib" else "no data")
-            ax.set_title(ylabel)
-            continue
-        ax.bar(x - 0.2, np.nan_to_num(a), 0.4, label="A", color="tab:gray")
-        ax.bar(x + 0.2, np.nan_to_num(b), 0.4, label="B", color="tab:green")
-        ax.set_xticks(x, labels, fontsize=7)
-        ax.set_ylabel(ylabel)
-        ax.margins(y=0.15)
-        ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"A: {label_a}\nB: {label_b}", fontsize=8)
-    return _save(fig, path)
+    """`bench compare`'s figure: a forest plot of B vs A per row found in both, samples/s Δ (%)
+    with its 95% CI (Welch, from the runs beside each summary; the point alone without them) and
+    the peak VRAM change beside it."""
+    return plot_forest(
+        compare_forest_rows(df),
+        path,
+        f"B vs A, per row found in both\nA: {label_a}\nB: {label_b}",
+        band_pct=0.0,
+        xlabel="Δ samples/s, B vs A (%), 95% CI (runs of two sweeps: unpaired, Welch)",
+    )

@@ -34,6 +34,7 @@ from bench.results.columns import (
     STATE_FIELDS,
     VRAM_PER_CARD_COLUMNS,
 )
+from bench.results.energy import run_energy
 
 NAN = float("nan")
 _REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")
@@ -326,6 +327,13 @@ def _window_state(rec: RunRecord) -> dict[str, Any]:
     return out
 
 
+def _energy(rec: RunRecord) -> dict[str, Any]:
+    """runs.csv's energy columns: the run's cards over its measured window (bench/results/energy.py)."""
+    s = rec.steady
+    samples = s["samples"].fillna(s["samples_per_s"] * s["step_time_s"]).sum(min_count=1)
+    return run_energy(rec.run_dir, rec.vram, measured_window(rec), samples, rec.cell.get("gpus"))
+
+
 def _startup(rec: RunRecord) -> dict[str, Any]:
     """Startup costs: process start -> first step (trainer), of which imports (0 when a fork
     server imported them before the run started), step 1, and process start -> the first
@@ -402,6 +410,7 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         "steps_measured": len(steady) if rec.cell else None,
         **_summarize_vram(rec.vram),
         **_window_state(rec),
+        **_energy(rec),
         **_startup(rec),
         "torch_peak_allocated_gib": m["torch_peak_allocated_gib"].max(),
         "torch_peak_reserved_gib": m["torch_peak_reserved_gib"].max(),

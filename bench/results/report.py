@@ -16,16 +16,18 @@ import pandas as pd
 
 from bench import fmt
 from bench.fileio import atomic_write_text, read_json
-from bench.results import plots
+from bench.results import plots, runplots
 from bench.results.capacity import capacity_table
 from bench.results.columns import (
     CONTRAST_COLUMNS,
     LOSS_PARITY_COLUMNS,
+    OPTIONAL_REPORT_FILES,
     RUNS_COLUMNS,
     SUMMARY_COLUMNS,
     VRAM_PER_CARD_COLUMNS,
 )
 from bench.results.crosstrainer import trainers_section, trainers_table
+from bench.results.forest import plot_forest, sweep_forest_rows
 from bench.results.method import (
     machine_state_line,
     method_section,
@@ -34,6 +36,7 @@ from bench.results.method import (
     vram_crosscheck,
 )
 from bench.results.parity import loss_parity_table, with_loss_parity
+from bench.results.prsummary import console_summary, pr_summary
 from bench.results.records import RunRecord, load_runs
 from bench.results.sections import (
     MAIN_TABLE_HEADER,
@@ -41,6 +44,7 @@ from bench.results.sections import (
     PLOT_FILES,
     capacity_section,
     contrast_section,
+    energy_section,
     loss_parity_section,
     main_table,
     not_ok_section,
@@ -83,9 +87,7 @@ __all__ = [
 
 CSV_FLOAT_FORMAT = "%.6g"  # rounding happens here only, at write time
 # Files of an earlier build that this build writes only when the sweep has them.
-OPTIONAL_FILES = (
-    "scaling.csv", "scaling.png", "capacity.csv", "capacity.png", "contrasts.csv", "trainers.csv",
-)  # fmt: skip
+OPTIONAL_FILES = tuple(OPTIONAL_REPORT_FILES)
 
 
 def write_csv(df: pd.DataFrame, path: str | Path) -> Path:
@@ -100,9 +102,10 @@ def _equivalence_pct(sweep: dict) -> float:
 
 def _base_tables(records: list[RunRecord], sweep: dict) -> dict[str, pd.DataFrame]:
     """runs, loss_parity, vram_per_card and summary (its loss_parity column filled in)."""
+    runs = runs_table(records)
     tables = {
-        "runs": runs_table(records),
-        "loss_parity": loss_parity_table(records),
+        "runs": runs,
+        "loss_parity": loss_parity_table(records, runs=runs),
         "vram_per_card": vram_per_card_table(records),
     }
     tables["summary"] = with_loss_parity(
@@ -117,15 +120,24 @@ def _base_tables(records: list[RunRecord], sweep: dict) -> dict[str, pd.DataFram
 
 
 def _write_plots(
-    sweep_dir: Path, records: list[RunRecord], tables: dict[str, pd.DataFrame]
+    sweep_dir: Path, sweep: dict, records: list[RunRecord], tables: dict[str, pd.DataFrame]
 ) -> dict[str, Path]:
+    name = sweep.get("name") or sweep_dir.name
     return {
+        "forest.png": plot_forest(
+            sweep_forest_rows(tables["summary"]),
+            sweep_dir / "forest.png",
+            f"{name}: each arm vs its cell's baseline (points labelled with their paired 95% CI)",
+            band_pct=_equivalence_pct(sweep),
+        ),
         "throughput.png": plots.plot_throughput(tables["summary"], sweep_dir / "throughput.png"),
         "vram_per_card.png": plots.plot_vram_per_card(
             tables["vram_per_card"], sweep_dir / "vram_per_card.png"
         ),
-        "loss_curves.png": plots.plot_loss_curves(records, sweep_dir / "loss_curves.png"),
-        "step_time_dist.png": plots.plot_step_time_dist(records, sweep_dir / "step_time_dist.png"),
+        "loss_curves.png": runplots.plot_loss_curves(records, sweep_dir / "loss_curves.png", tables["runs"]),
+        "step_time_dist.png": runplots.plot_step_time_dist(
+            records, sweep_dir / "step_time_dist.png", tables["runs"]
+        ),
     }
 
 
@@ -160,7 +172,7 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
 
     Returns {"paths": {file name: Path}, "runs", "summary", "loss_parity", "vram_per_card",
     "scaling", "contrasts", "trainers", "capacity": DataFrames, "main_table": the main table's Markdown
-    lines (report.md's first table, for a console to print)}.
+    lines, "console_summary": the PR summary as plain text lines of at most 100 columns}.
     Raises ValueError when the directory is missing or holds no runs.
     """
     sweep_dir = Path(sweep_dir)
@@ -172,12 +184,13 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     sweep = read_json(sweep_dir / "sweep.json") or {}
     tables = _base_tables(records, sweep)
     paths = {f"{name}.csv": write_csv(df, sweep_dir / f"{name}.csv") for name, df in tables.items()}
-    paths.update(_write_plots(sweep_dir, records, tables))
+    paths.update(_write_plots(sweep_dir, sweep, records, tables))
     paths.update(_write_optional(sweep_dir, sweep, tables))
     main = main_table(tables["summary"], tables["runs"])
     atomic_write_text(sweep_dir / "report.md", render_markdown(sweep, sweep_dir, records, tables, main))
     paths["report.md"] = sweep_dir / "report.md"
-    return {"paths": paths, **tables, "main_table": main}
+    console = console_summary(tables["summary"], tables["runs"], sweep)
+    return {"paths": paths, **tables, "main_table": main, "console_summary": console}
 
 
 def render_markdown(
@@ -187,15 +200,22 @@ def render_markdown(
     tables: dict[str, pd.DataFrame],
     main: list[str] | None = None,
 ) -> str:
-    """report.md: provenance, method, main table (``main``, else built here), the sections the
+    """report.md: the PR summary and the headline figure, provenance, method, main table (``main``, else built here), the sections the
     sweep has, loss parity, runs not ok, plots."""
     runs, summary = tables["runs"], tables["summary"]
-    lines = [f"# Benchmark report: {sweep.get('name') or sweep_dir.name}", "", "## Provenance", ""]
+    lines = [f"# Benchmark report: {sweep.get('name') or sweep_dir.name}", ""]
+    lines += pr_summary(summary, runs, sweep) + [
+        "",
+        "![Each arm vs its baseline, paired 95% CIs](forest.png)",
+        "",
+    ]
+    lines += ["## Provenance", ""]
     lines += provenance_section(sweep, runs) + [""]
     lines += method_section(sweep, records, runs, summary) + ["", "## Results", ""]
     lines += main if main is not None else main_table(summary, runs)
     lines += ["", "Means over ok runs; Δ columns are the arm vs the baseline arm of the same cell.", ""]
     lines += vram_crosscheck(runs)
+    lines += energy_section(summary, runs)
     lines += machine_state_line(runs)
     lines += precision_section(summary, sweep)
     lines += contrast_section(tables.get("contrasts", pd.DataFrame()), summary)
@@ -203,7 +223,7 @@ def render_markdown(
     lines += scaling_section(tables.get("scaling", pd.DataFrame()))
     lines += capacity_section(tables.get("capacity", pd.DataFrame()))
     lines += startup_section(runs, sweep.get("fork_server"))
-    lines += loss_parity_section(tables["loss_parity"], records)
+    lines += loss_parity_section(tables["loss_parity"], records, runs)
     lines += ["", *not_ok_section(runs)]
     lines += ["", *plots_section()]
     return "\n".join(lines)

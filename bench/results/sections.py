@@ -24,6 +24,7 @@ PARITY_TABLE_HEADER = [
     "|Δ loss| @ last step", "loss baseline", "loss arm", "tolerance", "result",
 ]  # fmt: skip
 PLOT_FILES = {
+    "forest.png": "Headline: Δ samples/s and Δ peak VRAM per arm, paired 95% CIs",
     "throughput.png": "Throughput (samples/s, 95% CI)",
     "vram_per_card.png": "Peak VRAM per card",
     "loss_curves.png": "Loss curves",
@@ -246,8 +247,11 @@ def precision_section(summary: pd.DataFrame, sweep: dict) -> list[str]:
     return [*lines, *fmt.table(header, rows), ""]
 
 
-def loss_parity_section(parity: pd.DataFrame, records: list[RunRecord]) -> list[str]:
-    """The loss parity table with its criterion, and the (cell, repeat)s not compared and why."""
+def loss_parity_section(
+    parity: pd.DataFrame, records: list[RunRecord], runs: pd.DataFrame | None = None
+) -> list[str]:
+    """The loss parity table with its criterion, and the (cell, repeat)s not compared and why
+    (``runs``: runs.csv's table of ``records``, when the caller has it)."""
     lines = ["## Loss parity", ""]
     if len(parity):
         lines += parity_table(parity)
@@ -257,7 +261,7 @@ def loss_parity_section(parity: pd.DataFrame, records: list[RunRecord]) -> list[
         ]
     else:
         lines += ["No (cell, repeat) has losses from both arms."]
-    gaps = loss_parity_gaps(records)
+    gaps = loss_parity_gaps(records, runs)
     if gaps:
         lines += ["", "Not compared:", *(f"- {fmt.md(g)}" for g in gaps)]
     return lines
@@ -288,7 +292,7 @@ def not_ok_section(runs: pd.DataFrame) -> list[str]:
 
 
 def plots_section() -> list[str]:
-    """The four plots every report has, and where the data is."""
+    """The plots every report has (the headline figure first), and where the data is."""
     return [
         "## Plots",
         "",
@@ -297,3 +301,39 @@ def plots_section() -> list[str]:
         "Data: runs.csv, summary.csv, loss_parity.csv, vram_per_card.csv (columns: see the README).",
         "",
     ]
+
+
+def energy_section(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """Energy per sample per cell and arm (the run's cards over its measured steps) and its Δ vs the
+    baseline with the paired 95% CI; one n/a line, with the reason, when no run has a reading."""
+    if "energy_j_per_sample_mean" not in summary or summary["energy_j_per_sample_mean"].isna().all():
+        reasons = runs["energy_source"].dropna() if "energy_source" in runs else pd.Series(dtype=object)
+        return [f"Energy per sample: {fmt.md(reasons.iloc[0]) if len(reasons) else 'n/a (no runs)'}.", ""]
+    rows = []
+    for r in summary.itertuples():
+        delta = "—"
+        if r.arm != BASELINE:
+            delta = _delta_cell(
+                r.delta_energy_per_sample_pct, r.delta_energy_per_sample_pct_ci95_low,
+                r.delta_energy_per_sample_pct_ci95_high, "+.1f", "%",
+            )  # fmt: skip
+            n = fmt.num(r.energy_n_pairs)
+            delta = "n/a" if delta == "—" else f"{delta} ({int(n)} pair{'s' if n != 1 else ''})"
+        j = r.energy_j_per_sample_mean
+        per_sample = "n/a" if fmt.isnan(j) else fmt.f(j, ".2f")
+        rows.append(
+            [
+                fmt.md(r.profile), fmt.md(r.mode), fmt.integer(r.batch_size), fmt.integer(r.seq_len), _world(r.gpus, r.nodes),
+                fmt.md(r.arm), per_sample, delta, fmt.md(r.energy_source),
+            ]
+        )  # fmt: skip
+    header = ["profile", "mode", "batch", "seq", "gpus", "arm", "J/sample", "Δ energy/sample (95% CI)",
+              "source"]  # fmt: skip
+    dt = pd.to_numeric(runs.loc[in_statistics(runs), "power_interval_s"], errors="coerce").median()
+    note = (
+        "Energy per sample: the joules of the run's cards over its measured steps (their energy counters, "
+        "else the integral of their power) over the samples of those steps; Δ is the ratio of geometric means "
+        f"over pairs with a t-interval on the per-pair log-ratios. Readings every {fmt.f(dt, '.2f')} s "
+        "(median); columns energy_* in runs.csv and summary.csv."
+    )
+    return ["**Energy per sample**", "", *with_trainer_column(summary, header, rows), "", note, ""]

@@ -13,6 +13,7 @@ import pandas as pd
 
 from bench.arms import BASELINE
 from bench.results import stats
+from bench.results.allocations import split_pair_notes, with_split_pairs
 from bench.results.columns import (
     CELL_COLUMNS,
     CONTRAST_COLUMNS,
@@ -26,6 +27,7 @@ from bench.results.columns import (
     VRAM_PER_CARD_COLUMNS,
 )
 from bench.results.deltas import delta_columns
+from bench.results.energy import arm_energy
 from bench.results.records import RunRecord, in_statistics, run_row, vram_devices
 
 NAN = float("nan")
@@ -33,7 +35,8 @@ NAN = float("nan")
 
 def runs_table(records: list[RunRecord]) -> pd.DataFrame:
     """runs.csv: one row per run (RUNS_COLUMNS), none dropped, whatever its status."""
-    df = pd.DataFrame([run_row(r) for r in records]).reindex(columns=RUNS_COLUMNS)
+    split = split_pair_notes(records)  # pairs resumed in another Slurm allocation are flagged
+    df = pd.DataFrame([with_split_pairs(run_row(r), split) for r in records]).reindex(columns=RUNS_COLUMNS)
     for c in RUNS_COLUMNS:
         if c not in RUNS_TEXT_COLUMNS:
             df[c] = pd.to_numeric(df[c], errors="coerce")
@@ -113,6 +116,7 @@ def summary_table(
             "torch_peak_reserved_gib": ok["torch_peak_reserved_gib"].mean(),
             "mfu_mean": ok["mfu"].mean(),
             "loss_last_mean": ok["loss_last"].mean(),
+            **arm_energy(ok),
             **{c: join_unique(prov[c]) for c in SUMMARY_PROVENANCE_COLUMNS},
         }
         if arm != BASELINE:

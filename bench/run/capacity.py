@@ -20,7 +20,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.arms import ARMS
 from bench.config import Run, SweepConfig
 from bench.fileio import read_json
 from bench.run import console
@@ -41,7 +40,7 @@ def _status(out_dir: Path, run: Run) -> str | None:
 
 def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
     """Run every arm's search of every series; write the report and capacity.csv/png."""
-    session = Session.open(cfg, out_dir, info, liger=any(ARMS[a].liger for a in cfg.arms))
+    session = Session.open(cfg, out_dir, info)
     session.progress = console.Progress(total=0, done=0)
     try:
         for _sid, cell in series(cfg):

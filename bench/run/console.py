@@ -1,5 +1,5 @@
 """What the sweep prints: the plan (--dry-run), a progress bar with the run in flight, one
-outcome line per run, the status counts, and the report's main table."""
+outcome line per run, the status counts, and the report's summary (at most 100 columns)."""
 
 from __future__ import annotations
 
@@ -118,10 +118,10 @@ def report(out_dir: Path) -> int:
         )
         return 1
     md = out_dir / "report.md"
-    print(f"report: {md}")
-    table = main_table(built, md)
-    if table:
-        print(table)
+    summary = built.get("console_summary") if isinstance(built, dict) else None
+    print("\n".join(summary) if summary else main_table(built, md))
+    print(f"\nreport: {md} (every table; its Summary pastes into a PR)")
+    print(f"headline figure: {out_dir / 'forest.png'}")
     return 0
 
 

@@ -46,9 +46,8 @@ def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_proble
     if hardware_problem:
         print(f"note: a real run would be refused here: {hardware_problem}")
     _header(cfg, runs)
-    skip = preflight.liger_skip_reason() if any(r.liger for r in runs) else None
-    if skip:
-        print(f"liger runs will be skipped here: {skip}")
+    for line in preflight.skip_lines(preflight.arm_skip_reasons(cfg.arms)):
+        print(line)
     plugs = plugs_for(cfg)
     seen = set()
     for run in runs:
@@ -79,6 +78,8 @@ def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str |
         f"axis {cap.axis}: from {cap.start}, doubling up to {cap.max}, then bisecting to multiples of "
         f"{cap.granularity}; {cap.steps} steps per probe"
     )
+    for line in preflight.skip_lines(preflight.arm_skip_reasons(cfg.arms)):
+        print(line)
     plugs = plugs_for(cfg)
     for sid, cell in series(cfg):
         for arm in cfg.arms:

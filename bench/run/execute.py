@@ -1,8 +1,12 @@
-"""The pieces of one run (put together by ``Session.execute``): ``cell.json``, the compile-cache
-environment, and the VRAM poller around the process tree the plug's command starts."""
+"""The pieces of one run (put together by ``Session.execute``): ``cell.json`` (with the Slurm
+allocation it ran in), the compile-cache environment, the VRAM poller around the process tree the
+plug's command starts (a Slurm job step is ended by scancel: bench/slurm/steps.py), and whether a
+failure was the machine's (a full disk, a read-only filesystem) rather than the run's."""
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -10,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import Run, SweepConfig
-from bench.fileio import atomic_write_json
+from bench.fileio import atomic_write_json, read_json
 from bench.probe import nodevram, vram
 from bench.procs.launcher import run_process
+from bench.slurm import steps
+from bench.slurm.alloc import current as current_allocation
 
 
 def launch_polled(
@@ -29,22 +35,42 @@ def launch_polled(
         poller = quietly("VRAM poller", lambda: vram.VramPoller(rdir, interval_s=cfg.poll_interval_s))
     if poller is not None:
         quietly("VRAM poller", poller.start)
+    step = steps.control_for(cfg, run)  # a Slurm job step: ended with scancel, never by signalling srun
     try:
         result = run_process(
             argv,
             rdir / "stdout.log",
             rdir / "launch.json",
             run.cell.timeout_s,
-            tick,
+            tick if step is None else _both(step.watch, tick),
             env,
             fork=cfg.forks(run.cell),
+            stop=step.stop if step is not None else None,
         )
     finally:
         if poller is not None:
             quietly("VRAM poller", poller.stop)
+        if step is not None:  # also when the driver was stopped (it ended the step)
+            quietly("Slurm step record", lambda: _record_step(rdir, step))
     if multinode and cfg.polls(run.arm):
-        quietly("VRAM gather", lambda: nodevram.gather(rdir, run.cell.nodes))
+        quietly("VRAM gather", lambda: nodevram.gather(rdir, run.cell.nodes, rdir / "stdout.log"))
     return result
+
+
+def _record_step(rdir: Path, step: steps.StepControl) -> None:
+    """launch.json's ``slurm``: the run's job step (bench/slurm/steps.py StepControl.record)."""
+    record = step.record(nodevram.node_lines(rdir / "stdout.log"))
+    doc = read_json(rdir / "launch.json")
+    atomic_write_json(rdir / "launch.json", {**(doc if isinstance(doc, dict) else {}), "slurm": record})
+
+
+def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    def tick() -> None:
+        first()
+        if then is not None:
+            then()
+
+    return tick
 
 
 def compile_env(compile_dir: Path | None) -> dict[str, str]:
@@ -88,7 +114,22 @@ def cell_record(cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | N
         "cache_dir": str(cache_dir) if cache_dir is not None else None,
         "timeout_s": c.timeout_s,
         "command": argv,
+        **({"slurm": alloc.record()} if (alloc := current_allocation()) else {}),
     }
+
+
+# A run or cache preparation that failed with one of these failed for the machine, not for its
+# arm: the sweep stops (exit 1) with it unfinished, and --resume redoes it once the disk has room.
+ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def environment_fault(reason: object) -> int | None:
+    """The errno of a full disk, an exceeded quota or a read-only filesystem that a failed run's
+    (or preparation's) reason names — the C library's text, as a trainer's OSError prints it —
+    or None."""
+    if not isinstance(reason, str):
+        return None
+    return next((code for code in ENVIRONMENT_ERRNOS if os.strerror(code) in reason), None)
 
 
 def timed(fn: Callable[[], str]) -> tuple[str, float]:

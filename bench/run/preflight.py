@@ -1,6 +1,6 @@
 """Checks before anything is written: packages, the machine, the GPUs a config asks for, the
-multi-node launcher, and whether the Liger arms can run here. Each failure is one line
-(SweepError), exit 2."""
+multi-node launcher, and which arms cannot run here (recorded as skipped with the reason). Each
+failure is one line (SweepError), exit 2."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import importlib.util
 import shutil
 import sys
 
+from bench.arms import ARMS
 from bench.config import CPU_MAX_PROCS, SweepConfig
 from bench.errors import SweepError
 from bench.probe import hardware
@@ -21,20 +22,57 @@ NO_LIGER_ROCM = (
 DRIVER_PACKAGES = ("yaml", "pandas", "scipy", "matplotlib", "tqdm")
 
 
-def liger_skip_reason() -> str | None:
-    """Why the Liger arms cannot run on this machine, or None when they can."""
+# A GPU-only arm that is not a Liger arm (compile: TorchInductor's Triton kernels) on a machine
+# without a GPU; its runs are recorded as skipped, like the Liger arms'.
+NO_GPU_ARM = "{doc} needs a CUDA or ROCm GPU (Triton kernels); this machine has none"
+
+
+def _torch_gpu() -> tuple[bool, bool]:
+    """(whether torch sees a CUDA or ROCm GPU here, whether torch is a ROCm build)."""
     try:
         import torch
 
-        has_gpu = torch.cuda.is_available()
-        rocm = bool(getattr(torch.version, "hip", None))
+        return torch.cuda.is_available(), bool(getattr(torch.version, "hip", None))
     except Exception:
-        has_gpu, rocm = False, False
+        return False, False
+
+
+def gpu_missing() -> bool:
+    """Whether this machine has no GPU torch can train on (the trainer would fall back to the CPU)."""
+    return not _torch_gpu()[0]
+
+
+def liger_skip_reason() -> str | None:
+    """Why the Liger arms cannot run on this machine, or None when they can."""
+    has_gpu, rocm = _torch_gpu()
     if not has_gpu:
         return NO_GPU
     if importlib.util.find_spec("liger_kernel") is None:
         return NO_LIGER_ROCM if rocm else NO_LIGER
     return None
+
+
+def arm_skip_reasons(arms: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """arm -> why its runs cannot run on this machine and are recorded as skipped: the Liger arms
+    without a GPU or liger-kernel (liger_skip_reason), the other GPU-only arms (compile) without
+    a GPU. A ``hardware: cpu`` config naming a GPU-only arm was refused when it was loaded."""
+    liger = liger_skip_reason() if any(ARMS[a].liger for a in arms) else None
+    no_gpu = gpu_missing() if any(ARMS[a].gpu_only and not ARMS[a].liger for a in arms) else False
+    reasons = {}
+    for a in arms:
+        if ARMS[a].liger and liger:
+            reasons[a] = liger
+        elif ARMS[a].gpu_only and not ARMS[a].liger and no_gpu:
+            reasons[a] = NO_GPU_ARM.format(doc=ARMS[a].doc)
+    return reasons
+
+
+def skip_lines(reasons: dict[str, str]) -> list[str]:
+    """``liger, liger_flce runs will be skipped here: <reason>``, one line per reason."""
+    by_reason: dict[str, list[str]] = {}
+    for arm, why in reasons.items():
+        by_reason.setdefault(why, []).append(arm)
+    return [f"{', '.join(arms)} runs will be skipped here: {why}" for why, arms in by_reason.items()]
 
 
 def check_imports(missing: list[str]) -> None:

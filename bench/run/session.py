@@ -1,10 +1,11 @@
 """A Session: everything one invocation's runs share — the config, the output directory, the
-machine, the trainer plug, why Liger arms are skipped here, the prepared caches, the compile
+machine, the trainer plug, which arms are skipped here and why, the prepared caches, the compile
 cache, the progress display, the fork server and the priming done. The three loops (sweep,
 capacity search, profile runs) are thin users of it."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import bench.trainers.outcome as outcome
 from bench.config import Cell, Run, SweepConfig
-from bench.fileio import atomic_write_json
+from bench.fileio import WriteError, atomic_write_json, writing
 from bench.probe import vram
 from bench.procs import forkstart
 from bench.procs.launcher import mark_exit, now
@@ -35,7 +36,7 @@ class Session:
     out_dir: Path
     info: dict
     plugs: dict[str, TrainerPlug]  # trainer name -> its plug (bench/trainers)
-    skip: str | None = None  # why the Liger arms are recorded as skipped here (None: they run)
+    skips: dict[str, str] = field(default_factory=dict)  # arm -> why its runs are skipped here
     progress: console.Progress | None = None
     cache_errors: dict[str, str | None] = field(default_factory=dict)  # cache key -> error or None
     primed: set[tuple[str, str]] = field(default_factory=set)  # (cell, arm) primed by this invocation
@@ -43,15 +44,19 @@ class Session:
     order: int = 0  # runs planned on the fly (capacity probes) are numbered in the order they come
 
     @classmethod
-    def open(cls, cfg: SweepConfig, out_dir: Path, info: dict, liger: bool) -> Session:
-        """A session for runs of ``cfg`` (``liger``: whether any of them runs a Liger arm); the
-        caller gives it a progress display when its runs start."""
+    def open(cls, cfg: SweepConfig, out_dir: Path, info: dict) -> Session:
+        """A session for runs of ``cfg``; says which arms are skipped on this machine and why
+        (preflight.arm_skip_reasons) before any run. The caller gives it a progress display when
+        its runs start."""
+        skips = preflight.arm_skip_reasons(cfg.arms)
+        for line in preflight.skip_lines(skips):
+            print(line, flush=True)
         return cls(
             cfg=cfg,
             out_dir=out_dir,
             info=info,
             plugs=plugs_for(cfg, {**info, "git_commit": git_commit()}),
-            skip=preflight.liger_skip_reason() if liger else None,
+            skips=skips,
         )
 
     def plug(self, cell: Cell) -> TrainerPlug:
@@ -77,13 +82,19 @@ class Session:
         (self.progress.write if self.progress is not None else print)(line)
 
     def skipped(self, run: Run) -> bool:
-        return run.liger and self.skip is not None
+        return run.arm in self.skips
 
     def prepare(self, runs: list[Run]) -> None:
-        """Prepare (or verify) once each offline cache these runs need."""
+        """Prepare (or verify) once each offline cache these runs need. A preparation that failed
+        for the machine (a full disk, a read-only filesystem), not for its cell, stops the sweep
+        (WriteError) before any run of the cell is recorded as failed; --resume prepares it again."""
         for trainer, plug in self.plugs.items():
             wanted = [r for r in runs if not self.skipped(r) and r.cell.trainer == trainer]
             self.cache_errors = caches.prepare_caches(self.cfg, plug, self.out_dir, wanted, self.cache_errors)
+            for key, error in self.cache_errors.items():
+                fault = execute.environment_fault(error)
+                if fault:
+                    raise WriteError(fault, error, str(self.out_dir / "cache" / key))
 
     def start_server(self) -> None:
         """Start the warm fork server once, before the first run that launches, when any cell
@@ -133,9 +144,10 @@ class Session:
         status). Returns the run's one-line outcome."""
         cfg, out_dir = self.cfg, self.out_dir
         rdir = rdir if rdir is not None else run_dir(out_dir, run)
-        if rdir.exists():
-            shutil.rmtree(rdir)
-        rdir.mkdir(parents=True)
+        with writing(rdir):
+            if rdir.exists():
+                shutil.rmtree(rdir)
+            rdir.mkdir(parents=True)
         cache_dir = cache_dir_for(out_dir, run.cell)
         plug, compile_dir = self.plug(run.cell), self.compile_dir(run.cell)
         argv = plug.train_command(cfg, run, rdir, cache_dir)
@@ -144,7 +156,7 @@ class Session:
         record["compile_cache"] = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
         atomic_write_json(rdir / "cell.json", record)
         if self.skipped(run):
-            return outcome.record(rdir, run, "skipped", self.skip or "")
+            return outcome.record(rdir, run, "skipped", self.skips[run.arm])
         cache_error = self.cache_errors.get(run.cell.cache_key())
         if cache_error:
             return outcome.record(rdir, run, "error", cache_error)
@@ -153,7 +165,10 @@ class Session:
             return outcome.record(rdir, run, "error", refused)
         started = now()
         rc, timed_out = execute.launch_polled(cfg, run, rdir, argv, tick, execute.compile_env(compile_dir))
-        plug.reconcile(rdir, run, rc, timed_out, started)
+        doc = plug.reconcile(rdir, run, rc, timed_out, started)
+        fault = execute.environment_fault(doc.get("reason")) if doc.get("status") == "error" else None
+        if fault:  # the machine failed the run, not its arm: stop, launch.json unmarked (unfinished)
+            raise WriteError(fault, f"{os.strerror(fault)} (the run stopped: {doc.get('reason')})", str(rdir))
         mark_exit(rdir / "launch.json", rc, timed_out)
         return console.outcome_line(rdir)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench.config import Run, SweepConfig, load_config, plan, plan_rounds
 from bench.errors import SweepError
+from bench.fileio import writing
 from bench.probe import vram
 from bench.procs.launcher import reap_stale
 from bench.results import aggregate
@@ -41,6 +42,9 @@ from bench.run.sweepdir import (
     update_sweep_json,
     write_sweep_json,
 )
+from bench.slurm import alloc
+from bench.slurm.batch import BATCH_SCRIPT_ENV
+from bench.slurm.stop import run_stoppable
 from bench.trainers import plugs_for
 
 
@@ -58,7 +62,7 @@ def run_sweep(
     (bench/run/capacity.py); returns the exit status. ``retry_failed``: a resume that first
     reopens the rounds holding a failed run (bench/run/sweepdir.py failed_rounds). Bad input
     raises SweepError before anything is written."""
-    cfg = load_config(config_path)
+    cfg = alloc.bind(load_config(config_path), dry_run)  # Slurm job steps: the rendezvous on the first node
     if retry_failed and (force or capacity):
         what = "--force starts the sweep over" if force else "a capacity search's OOMs are its answers"
         raise SweepError(f"--retry-failed re-runs a sweep's failed rounds; {what}")
@@ -97,7 +101,14 @@ def run_sweep(
     preflight.check_launcher(cfg)
     previous = check_out_dir(cfg, out_dir, resume, force)
     argv = argv if argv is not None else ["python", "-m", "bench", *sys.argv[1:]]
-    return _locked(cfg, runs, out_dir, info, previous, argv, force, capacity, retry_failed)
+    hint = os.environ.get(BATCH_SCRIPT_ENV) and f"sbatch {os.environ[BATCH_SCRIPT_ENV]}"
+    hint = (
+        hint or f"python -m bench {'capacity' if capacity else 'sweep'} {cfg.path} --out {out_dir} --resume"
+    )
+    # inside a Slurm allocation its stop signals end the run in flight cleanly (bench/slurm/stop.py)
+    return run_stoppable(
+        lambda: _locked(cfg, runs, out_dir, info, previous, argv, force, capacity, retry_failed), hint
+    )
 
 
 def _locked(
@@ -105,7 +116,8 @@ def _locked(
 ) -> int:
     """The part that writes: under the sweep directory's lock, after reaping what a dead driver
     left (its processes, and the staging directories of the cache preparations it was running)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     lock = take_lock(out_dir)
     try:
         reap_stale(out_dir)
@@ -136,8 +148,7 @@ def execute_sweep(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict)
         print(f"{len(pilot) - len(todo)} of {len(pilot)} runs already finished in {out_dir}")
     session = None
     try:
-        liger = any(r.liger for r in pilot)
-        session = Session.open(cfg, out_dir, info, liger)
+        session = Session.open(cfg, out_dir, info)
         session.prepare(todo)
         session.progress = console.Progress(total=len(pilot), done=len(pilot) - len(todo))
         run_pending(session, pilot)

@@ -16,14 +16,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.config import Cell, Run, SweepConfig, SweepError, diff_resolved
-from bench.fileio import atomic_write_json, read_json
+from bench.fileio import atomic_write_json, read_json, writing
+from bench.results.columns import OPTIONAL_REPORT_FILES, REPORT_FILES
 from bench.trainers.outcome import TERMINAL
 
-AGGREGATE_OUTPUTS = (
-    "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md",
-    "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "scaling.csv", "scaling.png",
-    "capacity.csv", "capacity.png", "contrasts.csv", "trainers.csv",
-)  # fmt: skip
+AGGREGATE_OUTPUTS = (*REPORT_FILES, *OPTIONAL_REPORT_FILES)  # what `bench report` writes
+LOCK = ".sweep.lock"  # held (flock) while a sweep writes; a second sweep of the directory is refused
+# Everything else a sweep writes at the top of its directory (docs/run-contract.md, README.md):
+# sweep.json, the lock, the runs, the discarded priming runs, and the caches (offline caches with
+# their preparation's log and launch record; the shared compile caches).
+SWEEP_ENTRIES = ("sweep.json", LOCK, "runs/", "prime/", "cache/", "cache/compile/")
 
 
 def is_finished(rdir: Path) -> bool:
@@ -118,7 +120,7 @@ def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) ->
     if not sweep_json.exists() and not (out_dir / "runs").exists():
         # no sweep here: only an empty directory (or one holding shared caches) may become one
         names = [p.name for p in out_dir.iterdir()] if out_dir.is_dir() else []
-        theirs = sorted(set(names) - {"cache", ".sweep.lock"})
+        theirs = sorted(set(names) - {"cache", ".sweep.lock", "slurm"})  # slurm/: bench submit's batch script
         if theirs:
             raise SweepError(
                 f"{out_dir} is not empty and holds no sweep (found {_shown(theirs, 4)}); a sweep writes only into an empty "
@@ -147,7 +149,8 @@ def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) ->
 
 
 def take_lock(out_dir: Path) -> int:
-    fd = os.open(out_dir / ".sweep.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    with writing(out_dir / LOCK):
+        fd = os.open(out_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

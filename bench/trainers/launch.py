@@ -28,7 +28,13 @@ def module_launcher(cfg: SweepConfig, run: Run, rdir: Path, module: str) -> list
     torchrun += ["--nnodes", str(cell.nodes), *rdzv]
     wrap = [sys.executable, "-m", "bench.probe.nodevram", "--run-dir", str(rdir), "--interval-s"]
     wrap = [*wrap, f"{cfg.poll_interval_s:g}", "--"] if cfg.polls(run.arm) else []
-    return [*cfg.launcher, *wrap, *torchrun, "-m", module]
+    return [*cfg.launcher, *step_name(cfg, run), *wrap, *torchrun, "-m", module]
+
+
+def step_name(cfg: SweepConfig, run: Run) -> list[str]:
+    """An srun launcher's step is named after its run (``--job-name``, last, so it wins): the
+    driver finds the step by that name to end it with scancel (bench/slurm/steps.py)."""
+    return [f"--job-name={run.run_id}"] if cfg.launcher and Path(cfg.launcher[0]).name == "srun" else []
 
 
 def set_args(sets: dict[str, Any]) -> list[str]:

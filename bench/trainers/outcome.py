@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from bench.config import Run
-from bench.fileio import atomic_write_json, read_jsonl, read_jsonl_counted
+from bench.fileio import atomic_write_json, read_json, read_jsonl, read_jsonl_counted
 from bench.procs.launcher import exit_text, log_lines, now
 
 # A run that ended: its run.json holds one of these statuses ("running" is not one).
@@ -15,6 +15,7 @@ TERMINAL = ("ok", "oom", "error", "timeout", "skipped")
 OOM_RE = re.compile(r"CUDA out of memory|HIP out of memory|OutOfMemoryError")
 # The allocator's first sentence; the rest (capacity, free, reserved, advice) stays in stdout.log.
 OOM_SENTENCE_RE = re.compile(r"(?:CUDA|HIP) out of memory\. Tried to allocate [\d.]+ [KMGTP]?i?B")
+_LABEL_RE = re.compile(r"^\d+: ")  # srun --label's task prefix
 _EXCEPTION_RE = re.compile(r"^(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*)$")
 
 
@@ -48,12 +49,41 @@ def failure(rdir: Path, run: Run, rc: int, timed_out: bool, oom_exit: int | None
         rows = read_jsonl(rdir / "metrics.jsonl")
         at = f"at step {rows[-1].get('step')}/{run.cell.steps}" if rows else "before the first step"
         return {"status": "timeout", "reason": f"timed out after {run.cell.timeout_s:g} s {at}"}
-    lines = log_lines(rdir / "stdout.log")
+    lines = run_lines(rdir, run)
     oom = [ln for ln in lines if OOM_RE.search(ln)]
     if (oom_exit is not None and rc == oom_exit) or oom:
         return {"status": "oom", "reason": short_oom((oom or lines or [f"exit code {rc}"])[-1])}
     last = torchrun_reason(lines) or (lines[-1] if lines else "no output")
-    return {"status": "error", "reason": f"{last} ({exit_text(rc)})"}
+    return {"status": "error", "reason": f"{last} ({how_it_ended(rdir, run, rc)})"}
+
+
+def run_lines(rdir: Path, run: Run) -> list[str]:
+    """The meaningful lines at the end of a run's stdout.log; of a multi-node run without srun's
+    ``N: `` task labels, the per-node wrappers' lines and srun's and slurmstepd's own."""
+    lines = log_lines(rdir / "stdout.log")
+    if run.cell.nodes <= 1:
+        return lines
+    lines = [_LABEL_RE.sub("", ln, count=1).strip() for ln in lines]
+    return [ln for ln in lines if not ln.startswith(("bench.nodevram", "srun: ", "slurmstepd"))]
+
+
+def how_it_ended(rdir: Path, run: Run, rc: int) -> str:
+    """How the process ended: its exit status; for a multi-node run the first node whose agent
+    failed, from that node's summary (its wrapper's), and the launcher's status after it. srun's
+    status is the highest of its tasks' (143 when the others were ended by SIGTERM), not the
+    failing rank's."""
+    if run.cell.nodes <= 1:
+        return exit_text(rc)
+    vram = read_json(rdir / "vram.json")
+    nodes = vram.get("nodes") if isinstance(vram, dict) else None
+    failed = [
+        n
+        for n in nodes or []
+        if isinstance(n, dict) and isinstance(n.get("agent_exit"), int) and n["agent_exit"] > 0
+    ]
+    if failed:
+        return f"node {failed[0].get('node')}'s agent: {exit_text(failed[0]['agent_exit'])}; the launcher's {exit_text(rc)}"
+    return f"the launcher's {exit_text(rc)}"
 
 
 def short_metrics(rdir: Path, run: Run) -> str | None:

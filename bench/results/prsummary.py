@@ -1,0 +1,163 @@
+"""The summary a user pastes into a pull request, in the form the seeds' PRs used: per cell the
+arms' samples/s, s/step and peak VRAM, then one Δ line with its CIs and loss parity, and the
+hardware and versions in one line. ``pr_summary`` is report.md's first section (Markdown);
+``console_summary`` is the same facts as plain text no wider than CONSOLE_WIDTH, for the end of
+a sweep.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from typing import Any
+
+import pandas as pd
+
+from bench import fmt
+from bench.arms import AA, BASELINE
+from bench.results.forest import cell_label, delta_text
+from bench.results.tables import join_unique
+
+CONSOLE_WIDTH = 100
+PR_TABLE_HEADER = [
+    "arm",
+    "runs ok",
+    "samples/s",
+    "s/step",
+    "peak VRAM (GiB)",
+    "Δ samples/s (95% CI)",
+    "loss parity",
+]
+HEADLINE_ARM = "liger"
+
+
+def _cells(summary: pd.DataFrame) -> list[pd.DataFrame]:
+    return [g for _, g in summary.groupby("cell_id", sort=False)]
+
+
+def _vram(r: Any) -> str:
+    if fmt.isnan(r.delta_peak_vram_gib):
+        return "peak VRAM n/a (no VRAM data)"
+    lo, hi = r.delta_peak_vram_gib_ci95_low, r.delta_peak_vram_gib_ci95_high
+    if fmt.f(lo, "+.2f") == fmt.f(hi, "+.2f"):  # the same peak in every pair: no interval to show
+        lo = hi = float("nan")
+    ci = delta_text(r.delta_peak_vram_gib, lo, hi, "+.2f", " GiB")
+    pct = "" if fmt.isnan(r.delta_peak_vram_pct) else f" ({fmt.f(r.delta_peak_vram_pct, '+.1f')}%)"
+    return f"{ci}{pct} peak VRAM"
+
+
+def _energy(r: Any) -> str:
+    """``, -12.0% [-13.1, -10.9] energy/sample`` when the summary has energy per sample for the arm."""
+    point = getattr(r, "delta_energy_per_sample_pct", float("nan"))
+    if fmt.isnan(point):
+        return ""
+    lo = getattr(r, "delta_energy_per_sample_pct_ci95_low", float("nan"))
+    hi = getattr(r, "delta_energy_per_sample_pct_ci95_high", float("nan"))
+    return f", {delta_text(point, lo, hi)} energy/sample"
+
+
+def delta_line(r: Any) -> str:
+    """``liger vs baseline: +16.2% [+15.3, +17.2] throughput (6 pairs), -5.21 GiB [...] (-18.0%) peak
+    VRAM, loss parity pass (6/6)``; the verdict in words when there is no Δ."""
+    speed = delta_text(
+        r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low, r.delta_samples_per_s_pct_ci95_high
+    )
+    verdict = r.verdict_speed if isinstance(r.verdict_speed, str) else "no Δ"
+    if not speed:
+        return f"{r.arm} vs baseline: {verdict}"
+    pairs = f"{fmt.integer(r.n_pairs)} pairs"
+    if not verdict.startswith(("faster", "slower", "within")):
+        pairs += f"; {verdict.split(':')[0]}"
+    parity = r.loss_parity if isinstance(r.loss_parity, str) else "n/a"
+    return f"{r.arm} vs baseline: {speed} throughput ({pairs}), {_vram(r)}{_energy(r)}, loss parity {parity}"
+
+
+def _headline(cell: pd.DataFrame) -> Any | None:
+    others = [r for r in cell.itertuples() if r.arm not in (BASELINE, AA)]
+    liger = [r for r in others if r.arm == HEADLINE_ARM]
+    return (liger or others or [None])[0]
+
+
+def machine_line(summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict) -> str:
+    """``NVIDIA H200 × 1, driver 580.159.04 · torch 2.11.0+cu130 · liger-kernel 0.8.5 · commit 14a81195fd82``."""
+
+    def val(col: str) -> str:
+        return join_unique(runs[col]) if col in runs else ""
+
+    gpu = val("gpu_name") or "CPU"
+    count = val("gpu_count")
+    parts = [f"{gpu} × {count}" if count and gpu != "CPU" else gpu]
+    if val("driver_version"):
+        parts[0] += f", driver {val('driver_version')}"
+    parts += [
+        f"{name} {val(col)}"
+        for name, col in (("torch", "torch_version"), ("liger-kernel", "liger_version"))
+        if val(col)
+    ]
+    if val("git_commit"):
+        parts.append(f"commit {val('git_commit')}")
+    return " · ".join(parts)
+
+
+def _row(r: Any) -> list[str]:
+    delta = delta_text(
+        r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low, r.delta_samples_per_s_pct_ci95_high
+    )
+    return [
+        fmt.md(r.arm),
+        f"{fmt.integer(r.n_ok)}/{fmt.integer(r.n_runs)}",
+        fmt.f(r.samples_per_s_mean, ".2f"),
+        fmt.f(r.s_per_step_mean, ".3f"),
+        fmt.f(r.peak_vram_gib, ".2f"),
+        "—" if r.arm == BASELINE else delta or fmt.md(r.verdict_speed),
+        "—" if r.arm == BASELINE else fmt.md(r.loss_parity),
+    ]
+
+
+def pr_summary(summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict) -> list[str]:
+    """report.md's "Summary" section: a table and a Δ line per cell, the machine line, the command."""
+    lines = ["## Summary", "", f"{machine_line(summary, runs, sweep)}.", ""]
+    for cell in _cells(summary):
+        first = next(cell.itertuples())
+        lines += [
+            f"**{fmt.md(cell_label(first))}**",
+            "",
+            *fmt.table(PR_TABLE_HEADER, [_row(r) for r in cell.itertuples()]),
+            "",
+        ]
+        head = _headline(cell)
+        if head is not None:
+            lines += [f"{fmt.md(delta_line(head))}.", ""]
+    command = sweep.get("command")
+    if isinstance(command, list):
+        command = shlex.join(str(c) for c in command)
+    lines.append(
+        "Steady-state means over ok runs; Δ is the paired ratio over back-to-back pairs of runs, 95% CI"
+        + (f"; made by `{command}`." if command else ".")
+    )
+    return lines
+
+
+def _wrap(text: str, width: int, indent: str = "  ") -> list[str]:
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def console_summary(
+    summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict, width: int = CONSOLE_WIDTH
+) -> list[str]:
+    """The same facts as ``pr_summary`` in plain text, every line at most ``width`` columns."""
+    lines = _wrap(machine_line(summary, runs, sweep), width)
+    for cell in _cells(summary):
+        lines += ["", *_wrap(cell_label(next(cell.itertuples())), width)]
+        lines.append(f"  {'arm':<16} {'ok':>5} {'samples/s':>10} {'s/step':>8} {'peak VRAM':>10}")
+        for r in cell.itertuples():
+            vram = fmt.f(r.peak_vram_gib, ".2f")
+            lines.append(
+                f"  {str(r.arm)[:16]:<16} {fmt.integer(r.n_ok) + '/' + fmt.integer(r.n_runs):>5} "
+                f"{fmt.f(r.samples_per_s_mean, '.2f'):>10} {fmt.f(r.s_per_step_mean, '.3f'):>8} "
+                f"{vram + (' GiB' if vram != '—' else ''):>10}"
+            )
+        for r in cell.itertuples():
+            if r.arm != BASELINE:
+                lines += _wrap("  " + delta_line(r), width, indent="    ")
+    return lines
