@@ -8,7 +8,9 @@ apt-get when missing and this process is root (CI: .ci/run installs them first),
 are skipped with the reason (``unavailable``). The configuration follows what was measured on
 Slurm 22.05 here (issue 21): proctrack/linuxproc, task/none, no accounting; munged's socket in a
 directory with o+x and named by AuthInfo=socket=; MinJobAge=5 and a scheduler without delays so
-that jobs start and leave the queue at once; EnforcePartLimits=ALL so that an impossible request
+that jobs start and leave the queue at once; cred_expire=5 and sched_interval=1 so that a
+requeued job starts again ~6 s later (not 121 s: Slurm holds it for cred_expire + 1 s, and
+starting it earlier fails with "Job credential revoked"); EnforcePartLimits=ALL so that an impossible request
 is refused, not left pending; ports checked free first, and every wait against a deadline (a
 port held by a silent listener makes scontrol hang ~10 s per try).
 """
@@ -86,7 +88,7 @@ def _conf(root: Path, ports: list[int]) -> str:
         f"SlurmctldPort={ports[0]}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+        f"AuthInfo=socket={root / 'munge' / 'munge.socket'},cred_expire=5",
         "SlurmUser=root",
         "SlurmdUser=root",
         f"StateSaveLocation={root / 'state'}",
@@ -107,7 +109,7 @@ def _conf(root: Path, ports: list[int]) -> str:
         "ReturnToService=2",
         "MinJobAge=5",
         f"KillWait={KILL_WAIT_S}",
-        "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
+        "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1",
         "EnforcePartLimits=ALL",
         *(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs={CPUS_PER_NODE}"

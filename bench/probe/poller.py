@@ -26,12 +26,12 @@ from bench.probe.processes import ProcessLog
 
 FLUSH_EVERY_S = 1.0
 # Seconds between energy reads. 1 s (the state rows') leaves a 12-s measured window about 12
-# readings, and each end of the window up to a second from the nearest: a card going from idle to
-# 700 W there moves the window's energy by up to ~3%, against differences of a few percent to
-# find; and the trainer exits within a second of its last step, so often no reading follows the
-# window (9 of results/h200's 18 runs). NVIDIA's energy counter is reported to step about every
-# 0.1 s, so reading it faster would resolve nothing (scripts/poller_cost.py measures its period).
-POWER_INTERVAL_S = 0.1
+# readings, each end of it up to a second from the nearest, and the trainer exits within a
+# second of its last step, so often no reading follows the window (9 of results/h200's 18 runs
+# at 14a81195fd82). On the H200 (driver 580.159.04) NVML's energy counter steps every 0.1 s and
+# one read of it takes 3.2 ms (scripts/poller_cost.py): at 0.1 s the poller thread used 4-11% of
+# a core, so 0.25 s (about 1.3%): 48 readings in a 12-s window, each end within 0.25 s.
+POWER_INTERVAL_S = 0.25
 
 
 def _gib(value: float | None) -> float | None:
