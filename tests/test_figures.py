@@ -178,15 +178,21 @@ def test_pr_summary_is_the_seeds_table_and_delta_line():
     summary, runs = committed_summary("h200"), pd.read_csv(ROOT / "results/h200/runs.csv")
     sweep = json.loads((ROOT / "results/h200/sweep.json").read_text())
     lines = prsummary.pr_summary(summary, runs, sweep)
+    commit = runs["git_commit"].iloc[0]
     assert lines[:3] == [
         "## Summary",
         "",
-        "NVIDIA H200 × 1, driver 580.159.04 · torch 2.11.0+cu130 · liger-kernel 0.8.5 · commit 14a81195fd82.",
+        f"NVIDIA H200 × 1, driver 580.159.04 · torch 2.11.0+cu130 · liger-kernel 0.8.5 · commit {commit}.",
     ]
     assert "**qwen3.5-4b-dflash offline bs2 s2048**" in lines
-    assert "| liger | 6/6 | 10.05 | 0.796 | 23.68 | +16.2% [+15.3, +17.2] | pass (6/6) |" in lines
-    assert any(line.startswith("liger vs baseline: +16.2% [+15.3, +17.2] throughput (6 pairs), -5.21 GiB (-18.0%) peak VRAM")
-               for line in lines)  # fmt: skip
+    r = summary[(summary["arm"] == "liger") & summary["cell_id"].str.startswith("qwen3.5")].iloc[0]
+    ci = f"{r.delta_samples_per_s_pct:+.1f}% [{r.delta_samples_per_s_pct_ci95_low:+.1f}, {r.delta_samples_per_s_pct_ci95_high:+.1f}]"
+    n = int(r.n_ok)
+    row = f"| liger | {n}/{n} | {r.samples_per_s_mean:.2f} | {r.s_per_step_mean:.3f} | {r.peak_vram_gib:.2f} | {ci} | pass ({n}/{n}) |"
+    assert row in lines
+    head = f"liger vs baseline: {ci} throughput ({int(r.n_pairs)} pairs), {r.delta_peak_vram_gib:+.2f} GiB ({r.delta_peak_vram_pct:+.1f}%) peak VRAM, "
+    energy = f"{r.delta_energy_per_sample_pct:+.1f}% [{r.delta_energy_per_sample_pct_ci95_low:+.1f}, {r.delta_energy_per_sample_pct_ci95_high:+.1f}] energy/sample"
+    assert f"{head}{energy}, loss parity pass ({n}/{n})." in lines
 
 
 def test_console_summary_fits_100_columns_with_long_names_and_many_arms():

@@ -23,7 +23,7 @@ LAYERS = [
     ("bench.config",),
     ("bench.probe", "bench.results", "bench.procs"),
     ("bench.trainers",),
-    ("bench.run", "bench.slurm"),  # slurm: a run as a job step (run's), and `bench submit` (above run's sweepdir)
+    ("bench.run", "bench.slurm"),  # slurm: runs as job steps, `bench submit` (uses run's sweepdir)
     ("bench.kernels",),
     ("bench.__main__",),
 ]

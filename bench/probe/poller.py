@@ -30,7 +30,8 @@ FLUSH_EVERY_S = 1.0
 # second of its last step, so often no reading follows the window (9 of results/h200's 18 runs
 # at 14a81195fd82). On the H200 (driver 580.159.04) NVML's energy counter steps every 0.1 s and
 # one read of it takes 3.2 ms (scripts/poller_cost.py): at 0.1 s the poller thread used 4-11% of
-# a core, so 0.25 s (about 1.3%): 48 readings in a 12-s window, each end within 0.25 s.
+# a core; at 0.25 s, 2.6% (0.5% without energy reads): 48 readings in a 12-s window, each end
+# within 0.25 s of one; the nopoll arm shows no slowdown (results/h200-noise).
 POWER_INTERVAL_S = 0.25
 
 
