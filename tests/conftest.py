@@ -1,8 +1,27 @@
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import CONFIGS, run_cli
+
+# Reports built by the tests (in-process and by every sweep a test starts) write their CSVs and
+# report.md but draw no PNGs: matplotlib's rendering is ~2 s of CPU per report. The tests of the
+# figures turn drawing back on (plots_on; env PLOTS_ON for a subprocess).
+os.environ["BENCH_NO_PLOTS"] = "1"
+PLOTS_ON = {"BENCH_NO_PLOTS": "0"}
+
+
+def pytest_collection_modifyitems(items):
+    """The `slow` tests (end-to-end runs of 10-70 s) first, so that two workers share them and the
+    quick ones fill the gaps at the end, instead of one long test starting last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def plots_on(monkeypatch):
+    """build_report in this test draws its PNGs."""
+    monkeypatch.setenv("BENCH_NO_PLOTS", "0")
 
 
 @pytest.fixture(scope="session")

@@ -67,7 +67,7 @@ def capacity_sweep(tmp_path, max_batch: int = 11, **top):
     return path
 
 
-def test_search_against_a_trainer_that_ooms_above_a_batch(tmp_path, real_report):
+def test_search_against_a_trainer_that_ooms_above_a_batch(plots_on, tmp_path, real_report):
     path = capacity_sweep(tmp_path)
     out = tmp_path / "out"
     assert main(["capacity", str(path), "--out", str(out)]) == 0

@@ -7,6 +7,7 @@ import pytest
 
 from bench.results.aggregate import LOSS_PARITY_COLUMNS, RUNS_COLUMNS, SUMMARY_COLUMNS, VRAM_PER_CARD_COLUMNS
 from bench.results.report import MAIN_TABLE_HEADER
+from tests.conftest import PLOTS_ON
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "cpu"
-    r = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out), timeout=600)
+    r = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out), timeout=600, env=PLOTS_ON)
     assert r.returncode == 0, r.stderr[-3000:]
     return out, r
 

@@ -109,7 +109,7 @@ def test_the_documented_layout_is_what_a_sweep_writes(doc):
     assert extra == [], f"{doc}'s sweep layout names files the code does not write at the top: {extra}"
 
 
-def test_the_report_writes_its_declared_files(tmp_path, no_plots):
+def test_the_report_writes_its_declared_files(tmp_path, no_plots, plots_on):
     """bench report writes exactly REPORT_FILES for a sweep without contrasts, scaling, capacity
     or a second trainer; its clean-up of an earlier build's optional files is the same list."""
     from bench.results import report

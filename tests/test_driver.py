@@ -367,6 +367,7 @@ def test_offline_cells_share_one_cache_and_records_are_complete(failure_sweep):
     assert sweep["hardware"] == CPU_INFO and sweep["argv"] and sweep["config"]["steps"] == 4
 
 
+@pytest.mark.slow
 def test_torchrun_runs_and_its_timeout_kills_every_rank(tmp_path, fakes):
     tc = train_configs(tmp_path)
     cell = {"config": tc["online"], "batch_size": 1, "seq_len": 32, "gpus_per_run": 2}
@@ -460,6 +461,7 @@ def bench_cmd(*args: str) -> list[str]:
     return [sys.executable, "-c", boot, *args]
 
 
+@pytest.mark.slow
 def test_kill_dash_9_then_resume(tmp_path):
     tc = train_configs(tmp_path)
     fake = {"fake.step_sleep": 0.1, "fake.spawn_child": True}

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def drawn(monkeypatch):
+def drawn(monkeypatch, plots_on):
     """The figures the plotting modules save, by file name (each still written)."""
     figures = {}
     for module in (plots, runplots, forest):

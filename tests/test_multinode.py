@@ -56,6 +56,7 @@ def cell(tc: dict, **sets) -> dict:
 
 
 @pytest.mark.usefixtures("fakes")
+@pytest.mark.slow
 def test_two_agents_meet_at_the_rendezvous_and_the_run_is_recorded_ok(tmp_path, monkeypatch):
     endpoint = f"127.0.0.1:{free_port()}"
     monkeypatch.setenv("BENCH_RDZV_ENDPOINT", endpoint)  # the config names none

@@ -72,6 +72,7 @@ def test_adaptive_sweep_stops_where_steins_rule_says(tmp_path, fakes):  # noqa: 
     assert len(sweep["order"]) == 2 * expected.pairs and sweep["precision_targets"][cell] == PRECISION
 
 
+@pytest.mark.slow
 def test_resume_of_a_killed_adaptive_sweep_reaches_the_same_decision(tmp_path):
     cfg_path = adaptive_sweep(tmp_path)
     whole, killed = tmp_path / "whole", tmp_path / "killed"

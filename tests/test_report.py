@@ -96,7 +96,7 @@ def sweep(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_build_report_writes_every_file(sweep):
+def test_build_report_writes_every_file(sweep, plots_on):
     out = build_report(sweep)
     names = ["runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "forest.png", "throughput.png",
              "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "report.md"]  # fmt: skip
@@ -138,7 +138,7 @@ def test_build_report_returns_the_main_table_it_wrote(sweep):
     assert len(main) == 2 + 4  # header, rule, one row per (cell, arm)
 
 
-def test_report_md_reads_like_the_seeds(sweep):
+def test_report_md_reads_like_the_seeds(sweep, plots_on):
     build_report(sweep)
     md = (sweep / "report.md").read_text()
     assert md.startswith("# Benchmark report: h200-test")
@@ -225,7 +225,7 @@ def test_an_arm_that_fails_loss_parity_is_flagged_beside_its_speed(sweep):
     assert "liger_compile's loss parity against the baseline FAILED" in contrast
 
 
-def test_report_without_sweep_json_or_vram(tmp_path):
+def test_report_without_sweep_json_or_vram(tmp_path, plots_on):
     write_run(tmp_path, CPU_CELL, "baseline", 0, 0.5)
     write_run(tmp_path, CPU_CELL, "liger", 0, None, status="skipped", reason=SKIP_REASON)
     out = build_report(tmp_path)
@@ -279,7 +279,7 @@ def test_vram_crosscheck_flags_a_missed_peak():
     assert vram_crosscheck(no_gpu) == []
 
 
-def test_a_sweep_over_world_sizes_gets_a_scaling_table_and_plot(tmp_path):
+def test_a_sweep_over_world_sizes_gets_a_scaling_table_and_plot(tmp_path, plots_on):
     two = f"{GPU_CELL}_g2"
     for cell_id, step_time in ((two, 0.21), (GPU_CELL, 0.4)):  # the 2-GPU runs first, then renamed
         for rep in (0, 1):

@@ -41,7 +41,7 @@ def test_the_committed_sweeps_are_all_here():
 
 
 @pytest.fixture
-def no_plots(no_plots, monkeypatch):
+def no_plots(no_plots, plots_on, monkeypatch):
     """conftest's no_plots, and the plots only some sweeps have."""
     for name in ("plot_scaling", "plot_capacity"):
         monkeypatch.setattr(plots, name, lambda *args, **kw: Path(args[-1]))

@@ -102,6 +102,7 @@ def runs_csv(out: Path) -> list[dict]:
 # ---------------------------------------------------------------- against a real Slurm
 
 
+@pytest.mark.slow
 def test_bench_submit_runs_a_two_node_sweep_through_a_cancel_and_a_requeue(cluster, tmp_path, monkeypatch):
     """One sweep, three starts: its first job is cancelled in the second run (scancel: SIGTERM to
     the driver and to the step); `bench submit --resume --requeue` resumes it, and its driver,

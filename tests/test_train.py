@@ -39,6 +39,7 @@ def metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_offline_trains_and_loss_falls(tmp_path, tiny_cache):
     r = train(tmp_path / "a", cache=tiny_cache)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -65,6 +66,7 @@ def test_offline_trains_and_loss_falls(tmp_path, tiny_cache):
     assert "step 30/30 | loss" in r.stdout
 
 
+@pytest.mark.slow
 def test_same_seed_same_losses_different_seed_differs(tmp_path, tiny_cache):
     for name, seed in (("a", 42), ("b", 42), ("c", 7)):
         r = train(tmp_path / name, "training.steps=6", f"training.seed={seed}", cache=tiny_cache)
@@ -143,6 +145,7 @@ def test_fsdp2_two_processes_on_gloo(tmp_path, tiny_cache):
     assert run["world_size"] == 2 and run["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_jsonl_token_records(tmp_path):
     data = tmp_path / "data.jsonl"
     rec = {"input_ids": [(7 * i) % 500 for i in range(100)], "loss_mask": [0] * 20 + [1] * 80}

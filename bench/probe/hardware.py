@@ -87,8 +87,16 @@ def _display_name(name: object, arch: str | None) -> str:
     return text
 
 
+# Device nodes a GPU driver creates (NVIDIA, AMD's KFD, WSL's GPU paravirtualisation): without
+# any of them torch sees no GPU either, and importing it (2-3 s) to learn that is skipped.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
 def _torch_gpus() -> tuple[str, list[str], list[str | None]]:
-    """(vendor, names, archs) from torch.cuda (archs: gcnArchName on ROCm, else None)."""
+    """(vendor, names, archs) from torch.cuda (archs: gcnArchName on ROCm, else None); none
+    without a GPU device node (GPU_DEVICE_NODES) unless torch is imported already."""
+    if "torch" not in sys.modules and not any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+        return "none", [], []
     try:
         import torch
 

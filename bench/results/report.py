@@ -9,6 +9,7 @@ bench.results.sections and bench.results.method; all are re-exported here.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ __all__ = [
     "write_csv",
 ]
 
+NO_PLOTS_ENV = "BENCH_NO_PLOTS"
 CSV_FLOAT_FORMAT = "%.6g"  # rounding happens here only, at write time
 # Files of an earlier build that this build writes only when the sweep has them.
 OPTIONAL_FILES = tuple(OPTIONAL_REPORT_FILES)
@@ -141,9 +143,17 @@ def _write_plots(
     }
 
 
-def _write_optional(sweep_dir: Path, sweep: dict, tables: dict[str, pd.DataFrame]) -> dict[str, Path]:
+def plots_wanted() -> bool:
+    """False when ``BENCH_NO_PLOTS`` is set (to anything but 0): CSVs and report.md only, e.g. for a
+    CI job that gates on the CSVs (and the test suite, whose figure tests draw them)."""
+    return os.environ.get(NO_PLOTS_ENV, "").strip() in ("", "0")
+
+
+def _write_optional(
+    sweep_dir: Path, sweep: dict, tables: dict[str, pd.DataFrame], draw: bool = True
+) -> dict[str, Path]:
     """scaling, contrasts, trainers and capacity: computed into ``tables``, written only when not
-    empty (an earlier build's files removed first)."""
+    empty (an earlier build's files removed first; their PNGs only when ``draw``)."""
     tables["scaling"] = scaling_table(tables["summary"])
     tables["trainers"] = trainers_table(tables["summary"])
     contrasts = (sweep.get("config") or {}).get("contrasts") or []
@@ -157,13 +167,15 @@ def _write_optional(sweep_dir: Path, sweep: dict, tables: dict[str, pd.DataFrame
         paths["trainers.csv"] = write_csv(tables["trainers"], sweep_dir / "trainers.csv")
     if len(tables["scaling"]):
         paths["scaling.csv"] = write_csv(tables["scaling"], sweep_dir / "scaling.csv")
-        paths["scaling.png"] = plots.plot_scaling(tables["scaling"], sweep_dir / "scaling.png")
+        if draw:
+            paths["scaling.png"] = plots.plot_scaling(tables["scaling"], sweep_dir / "scaling.png")
     tables["capacity"] = capacity_table(tables["runs"], sweep, tables["vram_per_card"])
     if len(tables["capacity"]):
         paths["capacity.csv"] = write_csv(tables["capacity"], sweep_dir / "capacity.csv")
-        paths["capacity.png"] = plots.plot_capacity(
-            tables["runs"], tables["capacity"], sweep_dir / "capacity.png"
-        )
+        if draw:
+            paths["capacity.png"] = plots.plot_capacity(
+                tables["runs"], tables["capacity"], sweep_dir / "capacity.png"
+            )
     return paths
 
 
@@ -184,10 +196,16 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     sweep = read_json(sweep_dir / "sweep.json") or {}
     tables = _base_tables(records, sweep)
     paths = {f"{name}.csv": write_csv(df, sweep_dir / f"{name}.csv") for name, df in tables.items()}
-    paths.update(_write_plots(sweep_dir, sweep, records, tables))
-    paths.update(_write_optional(sweep_dir, sweep, tables))
+    draw = plots_wanted()
+    if draw:
+        paths.update(_write_plots(sweep_dir, sweep, records, tables))
+    else:
+        for name in PLOT_FILES:  # an earlier build's pictures would not match these tables
+            (sweep_dir / name).unlink(missing_ok=True)
+    paths.update(_write_optional(sweep_dir, sweep, tables, draw))
     main = main_table(tables["summary"], tables["runs"])
-    atomic_write_text(sweep_dir / "report.md", render_markdown(sweep, sweep_dir, records, tables, main))
+    text = render_markdown(sweep, sweep_dir, records, tables, main, drawn=draw)
+    atomic_write_text(sweep_dir / "report.md", text)
     paths["report.md"] = sweep_dir / "report.md"
     console = console_summary(tables["summary"], tables["runs"], sweep)
     return {"paths": paths, **tables, "main_table": main, "console_summary": console}
@@ -199,16 +217,15 @@ def render_markdown(
     records: list[RunRecord],
     tables: dict[str, pd.DataFrame],
     main: list[str] | None = None,
+    drawn: bool = True,
 ) -> str:
     """report.md: the PR summary and the headline figure, provenance, method, main table (``main``, else built here), the sections the
     sweep has, loss parity, runs not ok, plots."""
     runs, summary = tables["runs"], tables["summary"]
     lines = [f"# Benchmark report: {sweep.get('name') or sweep_dir.name}", ""]
-    lines += pr_summary(summary, runs, sweep) + [
-        "",
-        "![Each arm vs its baseline, paired 95% CIs](forest.png)",
-        "",
-    ]
+    lines += pr_summary(summary, runs, sweep) + [""]
+    if drawn:
+        lines += ["![Each arm vs its baseline, paired 95% CIs](forest.png)", ""]
     lines += ["## Provenance", ""]
     lines += provenance_section(sweep, runs) + [""]
     lines += method_section(sweep, records, runs, summary) + ["", "## Results", ""]
@@ -225,5 +242,5 @@ def render_markdown(
     lines += startup_section(runs, sweep.get("fork_server"))
     lines += loss_parity_section(tables["loss_parity"], records, runs)
     lines += ["", *not_ok_section(runs)]
-    lines += ["", *plots_section()]
+    lines += ["", *plots_section(drawn)]
     return "\n".join(lines)

@@ -291,12 +291,18 @@ def not_ok_section(runs: pd.DataFrame) -> list[str]:
     return lines
 
 
-def plots_section() -> list[str]:
-    """The plots every report has (the headline figure first), and where the data is."""
+def plots_section(drawn: bool = True) -> list[str]:
+    """The plots every report has (the headline figure first), and where the data is; a line
+    saying they were not drawn when BENCH_NO_PLOTS was set."""
+    pictures = [f"![{title}]({name})" for name, title in PLOT_FILES.items()]
     return [
         "## Plots",
         "",
-        *(f"![{title}]({name})" for name, title in PLOT_FILES.items()),
+        *(
+            pictures
+            if drawn
+            else ["Not drawn: `BENCH_NO_PLOTS` was set (`python -m bench report DIR` without it draws them)."]
+        ),
         "",
         "Data: runs.csv, summary.csv, loss_parity.csv, vram_per_card.csv (columns: see the README).",
         "",

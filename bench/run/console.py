@@ -13,7 +13,6 @@ from typing import Any
 
 from bench.config import Run
 from bench.fileio import read_json, read_jsonl
-from bench.results import report as report_builder
 from bench.run.sweepdir import run_dir
 
 TICK_S = 1.0
@@ -107,6 +106,8 @@ def report(out_dir: Path) -> int:
     """Build the report from the run directories and print where it is and its main table."""
     out_dir = Path(out_dir)
     try:
+        from bench.results import report as report_builder  # pandas, matplotlib: at the end only
+
         built = report_builder.build_report(out_dir)
     except ValueError as e:  # bad input: no runs, unreadable directory
         print(f"error: {e}", file=sys.stderr)
@@ -121,7 +122,8 @@ def report(out_dir: Path) -> int:
     summary = built.get("console_summary") if isinstance(built, dict) else None
     print("\n".join(summary) if summary else main_table(built, md))
     print(f"\nreport: {md} (every table; its Summary pastes into a PR)")
-    print(f"headline figure: {out_dir / 'forest.png'}")
+    if (out_dir / "forest.png").exists():
+        print(f"headline figure: {out_dir / 'forest.png'}")
     return 0
 
 

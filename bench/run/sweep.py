@@ -22,7 +22,6 @@ from bench.errors import SweepError
 from bench.fileio import writing
 from bench.probe import vram
 from bench.procs.launcher import reap_stale
-from bench.results import aggregate
 from bench.run import capacity as search  # the capacity loop, a user of the same Session
 from bench.run import console, dryrun, preflight
 from bench.run.caches import clear_staging
@@ -201,6 +200,8 @@ def extend_by_precision(session: Session) -> list[Run]:
     """Stein's second stage: from the finished pilot, the pairs each cell needs; the full run order."""
     cfg, out_dir = session.cfg, session.out_dir
     targets = cfg.precision_targets
+    from bench.results import aggregate  # pandas and scipy: imported when a pilot is read, not at start
+
     decisions = aggregate.stein_decisions(aggregate.runs_table(aggregate.load_runs(out_dir)), targets)
     rounds = {
         c.cell_id: decisions[c.cell_id].pairs if c.cell_id in decisions else cfg.pilot_pairs(c)
