@@ -52,26 +52,65 @@ def test_patch_lands_whatever_import_order(order):
     assert "MODULE Qwen3RMSNorm Qwen3MLP" in out
 
 
-def test_scope_all_leaves_the_patch_for_the_target():
-    out = _run(textwrap.dedent(BUILD.format(scope="all")))
-    assert "MODULE LigerRMSNorm LigerSwiGLUMLP" in out
+# Scenarios that do not depend on the import order share one interpreter (each patch is undone
+# on leaving its block, which the scenarios after it check); the "all" scope, which leaves its
+# patch in place, runs last. Each prints "<name> DRAFT [...]" / "<name> MODULE ..." lines.
+SCENARIO = """
+with liger_patch({flag}, "{scope}"{kernels}):
+    d = DFlashDraft(p.draft, 2, 64, 256)
+layer = d.layers[0]
+print("{name} DRAFT", sorted({{type(m).__name__ for m in (d.norm, d.hidden_norm, layer.mlp,
+      layer.input_layernorm, layer.post_attention_layernorm, layer.self_attn.q_norm, layer.self_attn.k_norm)}}))
+print("{name} MODULE", modeling_qwen3.Qwen3RMSNorm.__name__, modeling_qwen3.Qwen3MLP.__name__)
+"""
+SCENARIOS = [  # name, liger on, scope, kernels
+    ("baseline", False, "draft", ""),
+    ("rmsnorm", True, "draft", ", rms_norm=True, swiglu=False"),
+    ("swiglu", True, "draft", ", rms_norm=False, swiglu=True"),
+    ("draft", True, "draft", ""),
+    ("all", True, "all", ""),
+]
+PRELUDE = """
+import torch
+from specforge.config import load_profile, TargetConfig
+from specforge.liger import liger_patch
+from specforge.draft import DFlashDraft
+from specforge.target import build_target
+from transformers.models.qwen3 import modeling_qwen3
+p = load_profile("tiny")
+"""
+AFTER_DRAFT = """
+t = build_target(p.target, TargetConfig(), torch.device("cpu"), torch.float32, 0, 256)
+print("TARGET", sorted({type(m).__name__ for m in t.modules() if "Norm" in type(m).__name__ or "MLP" in type(m).__name__}))
+"""
 
 
-def test_baseline_draft_has_stock_modules():
-    out = _run(textwrap.dedent(BUILD.replace("liger_patch(True", "liger_patch(False").format(scope="draft")))
-    assert "DRAFT ['Qwen3MLP', 'Qwen3RMSNorm']" in out
+@pytest.fixture(scope="module")
+def scenarios() -> dict[str, str]:
+    """name -> its DRAFT and MODULE lines ("target" -> the target built after the draft scenario)."""
+    code = PRELUDE
+    for name, flag, scope, kernels in SCENARIOS:
+        code += SCENARIO.format(name=name, flag=flag, scope=scope, kernels=kernels)
+        if name == "draft":
+            code += AFTER_DRAFT
+    out: dict[str, str] = {}
+    for line in _run(textwrap.dedent(code)).splitlines():
+        key = "target" if line.startswith("TARGET") else line.split(" ", 1)[0]
+        out[key] = out.get(key, "") + line + "\n"
+    return out
 
 
-def test_target_built_after_the_draft_keeps_stock_modules():
-    code = textwrap.dedent(BUILD.format(scope="draft")) + textwrap.dedent(
-        """
-        from specforge.target import build_target
-        from specforge.config import TargetConfig
-        t = build_target(p.target, TargetConfig(), torch.device("cpu"), torch.float32, 0, 256)
-        print("TARGET", sorted({type(m).__name__ for m in t.modules() if "Norm" in type(m).__name__ or "MLP" in type(m).__name__}))
-        """
-    )
-    assert "TARGET ['Qwen3MLP', 'Qwen3RMSNorm']" in _run(code)
+def test_scope_all_leaves_the_patch_for_the_target(scenarios):
+    assert "all MODULE LigerRMSNorm LigerSwiGLUMLP" in scenarios["all"]
+
+
+def test_baseline_draft_has_stock_modules(scenarios):
+    assert "baseline DRAFT ['Qwen3MLP', 'Qwen3RMSNorm']" in scenarios["baseline"]
+
+
+def test_target_built_after_the_draft_keeps_stock_modules(scenarios):
+    assert "draft DRAFT ['LigerRMSNorm', 'LigerSwiGLUMLP']" in scenarios["draft"]
+    assert "TARGET ['Qwen3MLP', 'Qwen3RMSNorm']" in scenarios["target"]
 
 
 def test_missing_liger_is_a_clear_error(monkeypatch):
@@ -210,16 +249,12 @@ def test_missing_liger_on_rocm_says_no_deps(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("kernels", "expected"),
-    [
-        ("rms_norm=True, swiglu=False", "['LigerRMSNorm', 'Qwen3MLP']"),
-        ("rms_norm=False, swiglu=True", "['LigerSwiGLUMLP', 'Qwen3RMSNorm']"),
-    ],
+    ("arm", "expected"),
+    [("rmsnorm", "['LigerRMSNorm', 'Qwen3MLP']"), ("swiglu", "['LigerSwiGLUMLP', 'Qwen3RMSNorm']")],
 )
-def test_one_kernel_alone_lands_and_the_other_stays_stock(kernels, expected):
+def test_one_kernel_alone_lands_and_the_other_stays_stock(scenarios, arm, expected):
     """The rmsnorm and swiglu arms: which of the two kernels buys the gain."""
-    code = textwrap.dedent(BUILD.format(scope="draft")).replace(
-        'liger_patch(True, "draft")', f'liger_patch(True, "draft", {kernels})'
+    assert (
+        f"{arm} DRAFT {expected}" in scenarios[arm]
+        and f"{arm} MODULE Qwen3RMSNorm Qwen3MLP" in scenarios[arm]
     )
-    out = _run(code)
-    assert f"DRAFT {expected}" in out and "MODULE Qwen3RMSNorm Qwen3MLP" in out
