@@ -92,10 +92,16 @@ def _display_name(name: object, arch: str | None) -> str:
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 
+def torch_may_see_a_gpu() -> bool:
+    """False when asking torch is pointless: it is not imported yet and the machine has no GPU
+    device node (GPU_DEVICE_NODES), so importing it (2-3 s) would only say "no GPU"."""
+    return "torch" in sys.modules or any(os.path.exists(node) for node in GPU_DEVICE_NODES)
+
+
 def _torch_gpus() -> tuple[str, list[str], list[str | None]]:
     """(vendor, names, archs) from torch.cuda (archs: gcnArchName on ROCm, else None); none
-    without a GPU device node (GPU_DEVICE_NODES) unless torch is imported already."""
-    if "torch" not in sys.modules and not any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+    when torch_may_see_a_gpu() says no."""
+    if not torch_may_see_a_gpu():
         return "none", [], []
     try:
         import torch

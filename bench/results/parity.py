@@ -19,6 +19,7 @@ from bench.results.columns import LOSS_PARITY_COLUMNS, PARITY_CRITERION, RUNS_CO
 from bench.results.records import RunRecord, in_statistics, run_row
 
 NAN = float("nan")
+DEFAULT_TOLERANCE = 1e-2  # |Δ loss| at the last step, for a cell that sets no loss_tolerance
 
 
 def excluded_runs(records: list[RunRecord], runs: pd.DataFrame | None = None) -> dict[str, str]:
@@ -46,21 +47,30 @@ def in_statistics_records(records: list[RunRecord], runs: pd.DataFrame | None = 
     return [r for r in records if r.run_id not in out]
 
 
-def _arm_pairs(records: list[RunRecord]) -> dict[tuple[Any, Any], dict[str, RunRecord]]:
+def arm_pairs(records: list[RunRecord]) -> dict[tuple[Any, Any], dict[str, RunRecord]]:
+    """(cell, repeat) -> arm -> the record: the runs of each pair."""
     pairs: dict[tuple[Any, Any], dict[str, RunRecord]] = {}
     for r in records:
         pairs.setdefault((r.cell_id, r.repeat), {})[str(r.arm)] = r
     return pairs
 
 
-def _parity_row(base: RunRecord, other: RunRecord, default_tolerance: float) -> dict[str, Any] | None:
+def pair_deltas(base: RunRecord, other: RunRecord, default_tolerance: float) -> tuple[pd.DataFrame, float]:
+    """A pair's common steps (step, loss_baseline, loss_arm, abs_delta) and its cell's tolerance:
+    what loss_parity.csv summarises and the loss plot's |Δ loss| panel draws."""
     j = base.metrics[["step", "loss"]].merge(
         other.metrics[["step", "loss"]], on="step", suffixes=("_baseline", "_arm")
     )
+    j["abs_delta"] = (j["loss_arm"] - j["loss_baseline"]).abs()
+    tol = fmt.num(base.cell.get("loss_tolerance", other.cell.get("loss_tolerance")), default_tolerance)
+    return j, tol
+
+
+def _parity_row(base: RunRecord, other: RunRecord, default_tolerance: float) -> dict[str, Any] | None:
+    j, tol = pair_deltas(base, other, default_tolerance)
     if j.empty:
         return None
-    delta = (j["loss_arm"] - j["loss_baseline"]).abs()
-    tol = fmt.num(base.cell.get("loss_tolerance", other.cell.get("loss_tolerance")), default_tolerance)
+    delta = j["abs_delta"]
     last = j.iloc[-1]
     last_delta = float(delta.iloc[-1])
     return {
@@ -88,7 +98,7 @@ def _other_arms(arms: dict[str, RunRecord]) -> list[str]:
 
 
 def loss_parity_table(
-    records: list[RunRecord], default_tolerance: float = 1e-2, runs: pd.DataFrame | None = None
+    records: list[RunRecord], default_tolerance: float = DEFAULT_TOLERANCE, runs: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """loss_parity.csv: per cell, arm and repeat where the arm and the baseline of the same pair
     both entered the statistics and logged losses, step-by-step |Δ loss|.
@@ -98,7 +108,7 @@ def loss_parity_table(
     these records, when the caller has it (in_statistics_records).
     """
     rows = []
-    for arms in _arm_pairs(in_statistics_records(records, runs)).values():
+    for arms in arm_pairs(in_statistics_records(records, runs)).values():
         if BASELINE not in arms:
             continue
         for arm in _other_arms(arms):
@@ -138,7 +148,7 @@ def loss_parity_gaps(records: list[RunRecord], runs: pd.DataFrame | None = None)
     loss_parity_table)."""
     gaps = []
     excluded = excluded_runs(records, runs)
-    for (cell_id, repeat), arms in _arm_pairs(records).items():
+    for (cell_id, repeat), arms in arm_pairs(records).items():
         where = f"{cell_id} repeat {repeat}"
         if BASELINE not in arms or not _other_arms(arms):
             have = ", ".join(arms) or "none"

@@ -78,7 +78,7 @@ def _headline(cell: pd.DataFrame) -> Any | None:
     return (liger or others or [None])[0]
 
 
-def machine_line(summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict) -> str:
+def machine_line(runs: pd.DataFrame) -> str:
     """``NVIDIA H200 × 1, driver 580.159.04 · torch 2.11.0+cu130 · liger-kernel 0.8.5 · commit 14a81195fd82``."""
 
     def val(col: str) -> str:
@@ -116,7 +116,7 @@ def _row(r: Any) -> list[str]:
 
 def pr_summary(summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict) -> list[str]:
     """report.md's "Summary" section: a table and a Δ line per cell, the machine line, the command."""
-    lines = ["## Summary", "", f"{machine_line(summary, runs, sweep)}.", ""]
+    lines = ["## Summary", "", f"{machine_line(runs)}.", ""]
     for cell in _cells(summary):
         first = next(cell.itertuples())
         lines += [
@@ -146,7 +146,7 @@ def console_summary(
     summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict, width: int = CONSOLE_WIDTH
 ) -> list[str]:
     """The same facts as ``pr_summary`` in plain text, every line at most ``width`` columns."""
-    lines = _wrap(machine_line(summary, runs, sweep), width)
+    lines = _wrap(machine_line(runs), width)
     for cell in _cells(summary):
         lines += ["", *_wrap(cell_label(next(cell.itertuples())), width)]
         lines.append(f"  {'arm':<16} {'ok':>5} {'samples/s':>10} {'s/step':>8} {'peak VRAM':>10}")

@@ -13,15 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench import fmt
 from bench.arms import BASELINE
 from bench.results.canvas import arms_in_order, color, grid, note, save, wrap
-from bench.results.parity import in_statistics_records
+from bench.results.parity import DEFAULT_TOLERANCE, arm_pairs, in_statistics_records, pair_deltas
 from bench.results.records import RunRecord
 
 LOSS_GAP_COLUMNS = ["cell_id", "arm", "repeat", "step", "abs_delta", "tolerance", "passed"]
 LOG_FLOOR = 1e-7  # |Δ loss| of 0 (bit-identical losses) is drawn here on the log axis
-DEFAULT_TOLERANCE = 1e-2
 
 
 def measured(records: list[RunRecord], runs: pd.DataFrame | None = None) -> list[RunRecord]:
@@ -37,29 +35,20 @@ def loss_gaps(
     records: list[RunRecord], runs: pd.DataFrame | None = None, default_tolerance: float = DEFAULT_TOLERANCE
 ) -> pd.DataFrame:
     """Per (cell, arm, repeat, step): |loss of the arm − loss of the baseline of the same pair|,
-    the cell's tolerance and whether the pair passes (|Δ| at the last common step ≤ tolerance,
-    as loss_parity.csv decides)."""
-    pairs: dict[tuple, dict[str, RunRecord]] = {}
-    for r in measured(records, runs):
-        pairs.setdefault((str(r.cell_id), r.repeat), {})[str(r.arm)] = r
+    the cell's tolerance and whether the pair passes (parity.pair_deltas, as loss_parity.csv
+    decides: |Δ| at the last common step ≤ tolerance)."""
     frames = []
-    for (cell, repeat), arms in pairs.items():
+    for arms in arm_pairs(measured(records, runs)).values():
         base = arms.get(BASELINE)
-        if base is None:
-            continue
         for arm, other in arms.items():
-            if arm == BASELINE:
+            if base is None or arm == BASELINE:
                 continue
-            j = base.metrics[["step", "loss"]].merge(other.metrics[["step", "loss"]], on="step").dropna()
+            j, tol = pair_deltas(base, other, default_tolerance)
             if j.empty:
                 continue
-            tol = fmt.num(
-                base.cell.get("loss_tolerance", other.cell.get("loss_tolerance")), default_tolerance
-            )
-            gap = (j["loss_y"] - j["loss_x"]).abs()
             frames.append(pd.DataFrame({
-                "cell_id": cell, "arm": arm, "repeat": repeat, "step": j["step"], "abs_delta": gap,
-                "tolerance": tol, "passed": bool(gap.iloc[-1] <= tol),
+                "cell_id": str(base.cell_id), "arm": arm, "repeat": base.repeat, "step": j["step"],
+                "abs_delta": j["abs_delta"], "tolerance": tol, "passed": bool(j["abs_delta"].iloc[-1] <= tol),
             }))  # fmt: skip
     if not frames:
         return pd.DataFrame(columns=LOSS_GAP_COLUMNS)

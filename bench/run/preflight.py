@@ -5,7 +5,6 @@ failure is one line (SweepError), exit 2."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import sys
 
@@ -30,8 +29,8 @@ NO_GPU_ARM = "{doc} needs a CUDA or ROCm GPU (Triton kernels); this machine has 
 
 def _torch_gpu() -> tuple[bool, bool]:
     """(whether torch sees a CUDA or ROCm GPU here, whether torch is a ROCm build); no GPU,
-    without importing torch, on a machine with no GPU device node (torch not imported yet)."""
-    if "torch" not in sys.modules and not any(os.path.exists(node) for node in hardware.GPU_DEVICE_NODES):
+    without importing torch when hardware.torch_may_see_a_gpu() says no."""
+    if not hardware.torch_may_see_a_gpu():
         return False, False
     try:
         import torch
