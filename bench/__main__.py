@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 try:
-    import bench.config.sweep  # noqa: F401  (PyYAML and the config: a missing dependency fails here, in one line)
+    import bench.config.loader  # noqa: F401  (PyYAML and the config: a missing dependency fails here, in one line)
     from bench.errors import SweepError
     from bench.fileio import WriteError
 except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback

@@ -1,49 +1,68 @@
-"""The A/B arms, as data: one frozen :class:`Arm` per name. Adding an arm is one entry here.
+"""The A/B arms, as trainer-neutral intent: one frozen :class:`Arm` per name. Adding an arm is
+one entry here.
 
-An arm is a name for a set of trainer options; the first arm of a sweep is always the
-baseline. What every other part of the suite needs to know about an arm is derived from its
-entry: whether it runs Liger, which Liger kernels it swaps (the kernel attribution predicts
-only arms that swap modules and change nothing else), the training keys a cell may not
-override, whether it needs a GPU, whether its runs are polled for VRAM.
+An arm says what it changes against the baseline, in words every trainer can be asked about:
+which Liger kernels it swaps in, whether it compiles the draft's layers, which attention it
+uses, which optimizer implementation, whether it is polled for VRAM. It names no trainer's
+config key: each trainer plug (bench/trainers/<name>/) translates the intent into its own keys,
+or refuses the arm in one line naming what it cannot express. What the rest of the suite needs
+to know about an arm (whether it runs Liger, which module kinds the kernel attribution can
+predict for it, whether it needs a GPU) is derived from its entry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
-# Keys through which an arm chooses Liger kernels, and the module kind each one swaps.
-LIGER_KERNEL_KEYS: Mapping[str, tuple[str, bool]] = MappingProxyType(
-    {  # key: (kind it swaps, the trainer's default with use_liger_kernel on)
-        "model.liger_rms_norm": ("rmsnorm", True),
-        "model.liger_swiglu": ("swiglu", True),
-        "model.liger_fused_linear_ce": ("loss", False),
-    }
-)
+# The Liger kernels an arm can swap in, in the order reports list them: the draft's RMSNorm,
+# its SwiGLU MLP, and the fused linear cross-entropy of the LM head + loss ("loss").
+KERNELS = ("rmsnorm", "swiglu", "loss")
+LIGER_DEFAULT = frozenset({"rmsnorm", "swiglu"})  # what "Liger on" means: the seeds' two kernels
 
 
 @dataclass(frozen=True)
 class Arm:
     name: str
     doc: str
-    liger: bool = False  # the trainer's use_liger_kernel
-    sets: Mapping[str, Any] = field(default_factory=dict)  # training keys the arm sets
+    kernels: frozenset[str] = frozenset()  # the Liger kernels it swaps in (KERNELS)
+    compile: bool = False  # torch.compile of each draft layer
+    attention: str | None = None  # an attention backend instead of the cell's (None: the cell's)
+    optimizer: str | None = None  # an AdamW implementation instead of the default: foreach | plain
     gpu_only: bool = False  # refused in a CPU sweep (Liger arms are recorded as skipped instead)
     polls_vram: bool = True
-    # keys of ``sets`` a cell may still set for every arm (sdpa: a CPU cell trains with SDPA anyway)
-    cell_may_set: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.kernels) - set(KERNELS)
+        if unknown:
+            raise ValueError(f"arm {self.name}: unknown kernels {sorted(unknown)} (known: {KERNELS})")
+
+    @property
+    def liger(self) -> bool:
+        """Whether the arm runs Liger at all."""
+        return bool(self.kernels)
+
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """What it changes besides the kernels: compile, attention, optimizer (in that order)."""
+        return tuple(
+            what
+            for what, on in (
+                ("compile", self.compile),
+                ("attention", self.attention),
+                ("optimizer", self.optimizer),
+            )
+            if on
+        )
 
     @property
     def swapped_kinds(self) -> tuple[str, ...]:
         """Module kinds the arm replaces by Liger's and nothing else; () for an arm that is not
         Liger or changes more than the Liger kernels (its Δ is not the swapped modules' alone)."""
-        if not self.liger or set(self.sets) - set(LIGER_KERNEL_KEYS):
+        if not self.liger or self.changes:
             return ()
-        return tuple(
-            kind for key, (kind, default) in LIGER_KERNEL_KEYS.items() if self.sets.get(key, default)
-        )
+        return tuple(k for k in KERNELS if k in self.kernels)
 
 
 def _arms(*arms: Arm) -> Mapping[str, Arm]:
@@ -52,41 +71,36 @@ def _arms(*arms: Arm) -> Mapping[str, Arm]:
 
 ARMS: Mapping[str, Arm] = _arms(
     Arm("baseline", "the stock modules"),
-    Arm("liger", "Liger's RMSNorm and SwiGLU", liger=True),
-    Arm("rmsnorm", "Liger's RMSNorm alone", liger=True, sets={"model.liger_swiglu": False}),
-    Arm("swiglu", "Liger's SwiGLU alone", liger=True, sets={"model.liger_rms_norm": False}),
+    Arm("liger", "Liger's RMSNorm and SwiGLU", kernels=LIGER_DEFAULT),
+    Arm("rmsnorm", "Liger's RMSNorm alone", kernels=frozenset({"rmsnorm"})),
+    Arm("swiglu", "Liger's SwiGLU alone", kernels=frozenset({"swiglu"})),
     Arm("aa", "the baseline again: an A/A comparison, the suite's own noise floor"),
     Arm("nopoll", "the baseline with the VRAM poller off (what polling costs)", polls_vram=False),
-    Arm(
-        "compile",
-        "torch.compile of each draft layer",
-        sets={"model.compile_layers": True},
-        gpu_only=True,
-    ),
+    Arm("compile", "torch.compile of each draft layer", compile=True, gpu_only=True),
     Arm(
         "liger_compile",
         "Liger and torch.compile of each draft layer",
-        liger=True,
-        sets={"model.compile_layers": True},
+        kernels=LIGER_DEFAULT,
+        compile=True,
         gpu_only=True,
     ),
     Arm(
         "liger_flce",
         "Liger, and Liger's fused linear cross-entropy for the LM head + loss",
-        liger=True,
-        sets={"model.liger_fused_linear_ce": True},
+        kernels=LIGER_DEFAULT | {"loss"},
         gpu_only=True,
     ),
-    Arm(
-        "sdpa",
-        "the baseline with SDPA attention instead of flex attention",
-        sets={"model.attention_backend": "sdpa"},
-        cell_may_set=("model.attention_backend",),
-    ),
+    Arm("sdpa", "the baseline with SDPA attention instead of flex attention", attention="sdpa"),
     Arm(
         "adamw_foreach",
         "the baseline with foreach AdamW instead of the fused kernel (what fusing buys, sign flipped)",
-        sets={"training.fused_adamw": False},
+        optimizer="foreach",
+    ),
+    Arm(
+        "adamw_plain",
+        "the baseline with AdamW's plain per-parameter loop instead of foreach (what the multi-tensor "
+        "kernel buys, sign flipped; runs on the CPU too)",
+        optimizer="plain",
     ),
 )
 ARM_NAMES = tuple(ARMS)
@@ -94,32 +108,3 @@ BASELINE = "baseline"
 AA = "aa"
 # Arms whose Δ the kernel attribution can predict from the swapped modules' timings.
 LIGER_ARMS = tuple(name for name, arm in ARMS.items() if arm.swapped_kinds)
-
-# Training keys the driver sets itself; a cell's `set:` may not override them.
-_FIXED_KEYS = {
-    "profile": "use another training config",
-    "mode": "use another training config",
-    "data.seq_len": "use the cell's seq_len",
-    "data.cache_dir": "the driver prepares the cache",
-    "training.steps": "use steps",
-    "training.batch_size": "use the cell's batch_size",
-    "model.use_liger_kernel": "use arms",
-    "training.profile_steps": "profiled steps are not for timing; use python -m bench kernels --profile",
-}
-
-
-def _driver_keys() -> Mapping[str, str]:
-    """The fixed keys, and every key an arm sets, with the arms that set it in the hint. The
-    RMSNorm / SwiGLU choices (on by default with Liger) name the arms that turn one of them off
-    and ``liger``, which takes both."""
-    default_on = {k for k, (_, on) in LIGER_KERNEL_KEYS.items() if on}
-    kernel_choosers = [a.name for a in ARMS.values() if default_on & set(a.sets)] + ["liger"]
-    keys = dict(_FIXED_KEYS)
-    for key in dict.fromkeys(k for a in ARMS.values() for k in a.sets):
-        owners = [a.name for a in ARMS.values() if key in a.sets and key not in a.cell_may_set]
-        if owners:
-            keys[key] = f"use arms ({', '.join(kernel_choosers if key in default_on else owners)})"
-    return MappingProxyType(keys)
-
-
-DRIVER_KEYS = _driver_keys()

@@ -131,6 +131,7 @@ class TrainingConfig:
     seed: int = 42
     device: Literal["auto", "cuda", "cpu"] = "auto"
     fused_adamw: bool = True  # on a GPU, torch's fused AdamW kernel; false: foreach (the CPU: always foreach)
+    foreach_adamw: bool = True  # where AdamW is not fused: foreach (multi-tensor); false: the plain loop
     peak_tflops: float | None = None  # per device, for MFU; None = from the device name
     log_every: int = 1
     # 1-based steps to run under torch.profiler (profile.json); [] = none. Not for timing.

@@ -85,6 +85,13 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return tr.lr * (tr.min_lr_ratio + (1 - tr.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def optimizer_impl(cfg: TrainConfig, env: Env) -> str:
+    """Which AdamW implementation runs: fused (a GPU), foreach (multi-tensor) or the plain loop."""
+    if env.device.type == "cuda" and cfg.training.fused_adamw:
+        return "fused"
+    return "foreach" if cfg.training.foreach_adamw else "for-loop"
+
+
 def param_checksum(model: torch.nn.Module) -> str:
     """A cheap fingerprint of the initial weights (equal across arms when init is equal)."""
     total = torch.zeros((), dtype=torch.float64, device=next(model.parameters()).device)
@@ -145,7 +152,7 @@ class Trainer:
             betas=(0.9, 0.95),
             weight_decay=cfg.training.weight_decay,
             fused=fused,
-            foreach=None if fused else True,
+            foreach=None if fused else cfg.training.foreach_adamw,
         )
         self.loader = data_mod.make_loader(
             dataset,
@@ -343,8 +350,7 @@ def run(
             },
             "objective": objective.OBJECTIVE.format(chunk=cfg.model.loss_chunk_size),
             "precision": f"{cfg.model.dtype} params and compute; fp32 master weights, grads and AdamW state",
-            "optimizer": "AdamW, "
-            + ("fused" if env.device.type == "cuda" and cfg.training.fused_adamw else "foreach"),
+            "optimizer": f"AdamW, {optimizer_impl(cfg, env)}",
             "peak_tflops": peak,
             "provenance": prov,
             "startup": phases,

@@ -10,12 +10,13 @@ import pytest
 import yaml
 
 from bench.__main__ import main
-from bench.config import Capacity, SweepError, load_config
+from bench.config import Capacity, SweepError
 from bench.fileio import read_json
 from bench.results import report
-from bench.results.capacity import capacity_table
-from bench.run import capacity
+from bench.results.capacity_table import capacity_table
+from bench.run import capacity_search as capacity
 from bench.run.session import Session
+from bench.trainers import load_config
 from tests.test_driver import fakes, sweep_file, train_configs  # noqa: F401
 
 REAL_BUILD_REPORT = report.build_report  # before the fakes fixture replaces it

@@ -8,8 +8,9 @@ import time
 import pytest
 import yaml
 
-from bench.config import SweepError, load_config
+from bench.config import SweepError
 from bench.config.yamlio import load
+from bench.trainers import load_config
 from specforge.config import ConfigError, load_yaml
 from tests.helpers import CONFIGS
 

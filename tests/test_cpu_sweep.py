@@ -1,6 +1,7 @@
 """`make bench` on a machine without a GPU: the real CPU sweep, end to end."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -25,15 +26,21 @@ def test_cpu_sweep_writes_every_result(sweep):
     out, r = sweep
     runs = pd.read_csv(out / "runs.csv")
     assert list(runs.columns) == RUNS_COLUMNS
-    assert len(runs) == 8 and runs["run_id"].is_unique  # 2 cells x 2 arms x 2 repeats
-    assert (runs[runs.arm == "baseline"].status == "ok").all()
+    assert len(runs) == 20 and runs["run_id"].is_unique  # 1 cell x 4 arms x 5 repeats
+    assert (runs[runs.arm.isin(["baseline", "aa", "adamw_plain"])].status == "ok").all()
     liger = runs[runs.arm == "liger"]
     assert (liger.status == "skipped").all() and liger.reason.str.contains("need a CUDA or ROCm GPU").all()
     ok = runs[runs.status == "ok"]
-    assert (ok.steps_total == 12).all() and (ok.steps_measured == 8).all() and (ok.samples_per_s > 0).all()
+    assert (ok.steps_total == 60).all() and (ok.steps_measured == 55).all() and (ok.samples_per_s > 0).all()
     assert (ok.vram_status == "unavailable").all()  # no NVML / AMD SMI on a CPU machine
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS and len(summary) == 4
+    # the first command shows an A/B: each arm that runs here ends with a Δ and its 95% CI
+    for arm in ("aa", "adamw_plain"):
+        line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith(f"{arm} vs baseline:"))
+        assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\] throughput \(5 pairs", line), line
+    ran = runs[runs.arm == "adamw_plain"].iloc[0]
+    assert json.loads((out / "runs" / ran.run_id / "run.json").read_text())["optimizer"] == "AdamW, for-loop"
     assert list(pd.read_csv(out / "loss_parity.csv").columns) == LOSS_PARITY_COLUMNS
     assert list(pd.read_csv(out / "vram_per_card.csv").columns) == VRAM_PER_CARD_COLUMNS
     for png in ("throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png"):
@@ -44,7 +51,7 @@ def test_cpu_sweep_writes_every_result(sweep):
     assert "skipped" in r.stdout + r.stderr
     assert "fork server ready" in r.stdout  # the baseline runs forked from the warm server
     launches = [json.loads(p.read_text()) for p in (out / "runs").glob("*baseline*/launch.json")]
-    assert len(launches) == 4 and all(rec["start"] == "fork-server" for rec in launches)
+    assert len(launches) == 5 and all(rec["start"] == "fork-server" for rec in launches)
 
 
 def test_finished_sweep_is_kept(sweep):
@@ -55,6 +62,6 @@ def test_finished_sweep_is_kept(sweep):
         again.returncode == 2 and "--resume" in again.stderr and len(again.stderr.strip().splitlines()) == 1
     )
     resumed = run_cli("bench", "sweep", "configs/cpu.yaml", "--out", str(out), "--resume")
-    assert resumed.returncode == 0 and "8 of 8 runs already finished" in resumed.stdout
+    assert resumed.returncode == 0 and "20 of 20 runs already finished" in resumed.stdout
     assert "fork server ready" not in resumed.stdout  # nothing left to run: no server started
     assert (out / "runs.csv").read_text() == before

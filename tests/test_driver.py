@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 from bench.__main__ import main
-from bench.config import load_config, plan
+from bench.config import plan
 from bench.fileio import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from bench.probe import hardware, vram
 from bench.procs import launcher
 from bench.results import report
 from bench.run import console, preflight
 from bench.run.sweepdir import is_finished
-from bench.trainers import plug_for
+from bench.trainers import load_config, plug_for
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_INFO = {"vendor": "none", "gpu_names": [], "gpu_count": 0, "kind": "cpu"}

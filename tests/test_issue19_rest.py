@@ -17,11 +17,12 @@ import pytest
 
 from bench import fileio
 from bench.__main__ import main
-from bench.config import load_config, plan
+from bench.config import plan
 from bench.fileio import read_json
 from bench.results.parity import in_statistics_records, loss_parity_gaps, loss_parity_table
 from bench.results.records import load_runs
 from bench.run import preflight
+from bench.trainers import load_config
 from specforge.__main__ import main as trainer_main
 from tests.test_aggregate import CELL, write_run
 from tests.test_driver import fakes, statuses, sweep_file, train_configs  # noqa: F401

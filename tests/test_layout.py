@@ -7,6 +7,7 @@ modules together), so a cycle fails here, not at an unlucky import order at run 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,96 @@ def test_modules_are_small_and_say_their_job(mod):
         and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"{path.relative_to(REPO)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+# ---------------------------------------------------------------- the structure docs/design.md claims
+
+
+def package_of(mod: str) -> str:
+    """``bench.run.sweep`` -> ``bench.run``; a top-level module of bench is its own package."""
+    parts = mod.split(".")
+    return ".".join(parts[:2])
+
+
+def package_ties(g: dict[str, set[str]]) -> list[str]:
+    """Pairs of bench's packages that import each other (in either direction, any module)."""
+    edges = {
+        (package_of(m), package_of(d))
+        for m, deps in g.items()
+        for d in deps
+        if m.startswith("bench.") and d.startswith("bench.") and package_of(m) != package_of(d)
+    }
+    return sorted(f"{a} <-> {b}" for a, b in edges if (b, a) in edges and a < b)
+
+
+def test_no_two_packages_import_each_other():
+    assert package_ties(graph()) == []
+
+
+def test_the_tie_finder_finds_ties():
+    g = {"bench.run.a": {"bench.slurm.b"}, "bench.slurm.b": set(), "bench.slurm.c": {"bench.run.d"}}
+    assert package_ties(g) == ["bench.run <-> bench.slurm"]
+
+
+def registered_trainers() -> list:
+    from bench.trainers import registered
+
+    return list(registered().values())
+
+
+def test_the_config_layer_names_no_trainer():
+    """bench/config validates trainer-neutral keys: no registered trainer's name, module or package
+    appears in its code, strings or comments (each trainer's package owns what it knows)."""
+    words = {"specforge"}  # our trainer's module (its name is the embedded trainer's module too)
+    for t in registered_trainers():
+        words |= {t.name, t.name.replace("-", "_"), f"bench.trainers.{t.name.replace('-', '_')}"}
+        words |= {t.reader.module} - {None}
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, sorted(words))) + r")(?![\w-])", re.I)
+    hits = []
+    for path in sorted((REPO / "bench" / "config").glob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            # "the run contract" is the suite's own interface, not the contract trainer's name
+            for m in pattern.finditer(line):
+                if m.group(1).lower() == "contract" and "run contract" in line.lower():
+                    continue
+                hits.append(f"{path.relative_to(REPO)}:{n}: {m.group(1)}")
+    assert not hits, hits
+
+
+def test_each_trainer_is_a_package_registered_in_one_line():
+    from bench.trainers import TRAINERS
+
+    src = (REPO / "bench" / "trainers" / "__init__.py").read_text()
+    for module in TRAINERS:
+        path = REPO / Path(*module.split("."))
+        assert (path / "__init__.py").is_file(), f"{module}: not a package"
+        assert sum(f'"{module}"' in line for line in src.splitlines()) == 1, module
+    names = [t.name for t in registered_trainers()]
+    assert len(set(names)) == len(names)
+
+
+def test_each_trainer_name_is_spelled_once_in_bench():
+    """A trainer's name is a string literal in one module of bench (its own package's, or the
+    results' name for records that predate the trainer column); every other module uses it."""
+    for t in registered_trainers():
+        spelled = []
+        for path in sorted((REPO / "bench").rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and node.value == t.name:
+                    spelled.append(str(path.relative_to(REPO)))
+        assert len(spelled) == 1, f"{t.name!r} spelled in {spelled}"
+
+
+# Module names that name a role every package may have (a package's own CLI, its report, ...).
+SHARED_ROLE_NAMES = {"__init__", "__main__", "cli", "report", "plug", "facts"}
+
+
+def test_no_two_modules_share_a_name_for_different_jobs():
+    """Two modules named alike (``config/sweep.py`` and ``run/sweep.py``) read as one job; each
+    name says its job once, but for the per-package roles above."""
+    by_name: dict[str, list[str]] = {}
+    for mod in modules():
+        if mod.startswith("bench"):
+            by_name.setdefault(mod.split(".")[-1], []).append(mod)
+    dupes = {n: m for n, m in by_name.items() if len(m) > 1 and n not in SHARED_ROLE_NAMES}
+    assert not dupes, dupes

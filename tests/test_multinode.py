@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from bench.config import SweepError, diff_resolved, load_config, plan
+from bench.config import SweepError, diff_resolved, plan
 from bench.fileio import read_json, read_jsonl
 from bench.probe import nodevram
 from bench.results import plots
 from bench.results.aggregate import VRAM_PER_CARD_COLUMNS, load_runs, run_row, vram_per_card_table
-from bench.trainers import plug_for
+from bench.trainers import load_config, plug_for
 from tests.test_driver import (
     fakes,  # noqa: F401  (a fixture, used by name)
     sweep_file,

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.config import SweepError, load_config, plan
+from bench.config import SweepError, plan
 from bench.fileio import read_json, read_jsonl
 from bench.results import stats
 from bench.run import execute, sweepdir
 from bench.run.sweep import run_sweep
-from bench.trainers import plug_for
+from bench.trainers import load_config, plug_for
 from tests.test_driver import REPO, fakes, statuses, sweep_file, train_configs  # noqa: F401
 
 PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 5}

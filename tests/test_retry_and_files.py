@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from bench.config import load_config, plan
+from bench.config import plan
 from bench.fileio import atomic_write_json, read_json
 from bench.run import caches
 from bench.run.sweepdir import cache_dir_for
-from bench.trainers import plug_for
+from bench.trainers import load_config, plug_for
 from specforge.runfiles import write_json_atomic
 from tests.test_driver import fakes, statuses, sweep_file, train_configs  # noqa: F401
 

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from bench.config import Run, load_config, plan
+from bench.config import Run, plan
 from bench.fileio import read_json, read_jsonl
 from bench.probe import nodevram
 from bench.results.allocations import split_pair_notes
 from bench.results.records import load_runs
 from bench.slurm import alloc, steps
 from bench.slurm.alloc import current
-from bench.trainers import outcome
+from bench.trainers import load_config, outcome
 from tests.slurm_cluster import Cluster, free_ports, unavailable
 from tests.test_driver import sweep_file, train_configs
 

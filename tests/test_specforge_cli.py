@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench.config import SweepError, load_config, plan
-from bench.trainers.specforge_cli import SpecForgeCliPlug, find_python, refusal
-from bench.trainers.specforge_log import StepCollector, parse_step_line
+from bench.config import SweepError, plan
+from bench.trainers import load_config, plug_for
+from bench.trainers.specforge_cli.log import StepCollector, parse_step_line
+from bench.trainers.specforge_cli.plug import SpecForgeCliPlug, find_python, refusal
 from tests.helpers import CONFIGS, REPO
 from tests.upstream_env import upstream_python
 
@@ -81,7 +82,7 @@ def test_a_run_cut_by_its_timeout_mid_step_keeps_every_finished_step(tmp_path):
     at = next(i for i, ln in enumerate(lines) if ln.startswith("step 4:"))
     text = "".join(lines[:at]) + lines[at][:60]
     child = f"import sys, time; sys.stdout.write({text!r}); sys.stdout.flush(); time.sleep(60)"
-    wrapper = [sys.executable, "-m", "bench.trainers.specforge_run", "--run-dir", str(tmp_path)]
+    wrapper = [sys.executable, "-m", "bench.trainers.specforge_cli.wrapper", "--run-dir", str(tmp_path)]
     argv = [*wrapper, "--world", "1", "--seq-len", "128", "--", sys.executable, "-c", child]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 60
@@ -155,7 +156,8 @@ def test_a_cli_cell_is_named_for_its_trainer_and_has_its_own_cache(tmp_path):
     cli, ours = cfg.cells
     assert cli.cell_id == "tiny_offline_bs2_s128_specforge-cli" and ours.cell_id == "tiny_offline_bs2_s128"
     assert cli.trainer == "specforge-cli" and cli.prepared and cli.cache_key() != ours.cache_key()
-    assert not cfg.forks(cli) and cfg.forks(ours)  # another interpreter: never forked from our server
+    # another interpreter: never forked from our server (its plug preloads nothing into it)
+    assert plug_for(cfg, cli).preload(cfg) == [] and plug_for(cfg, ours).preload(cfg)
 
 
 def test_a_user_config_is_passed_through_and_read_in_specforge_s_keys(tmp_path):
@@ -205,7 +207,7 @@ def test_a_user_config_is_passed_through_and_read_in_specforge_s_keys(tmp_path):
         (
             {"trainer": "sglang"},
             {},
-            "cells[0].trainer: expected one of embedded, specforge-cli, got 'sglang'",
+            "cells[0].trainer: expected one of embedded, specforge-cli, contract, got 'sglang'",
         ),
     ],
 )

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from bench.__main__ import main
-from bench.config import SweepError, diff_resolved, format_set_value, load_config, plan
+from bench.config import SweepError, diff_resolved, format_set_value, plan
 from bench.config.schema import CapacityKeys, CellKeys, PrecisionKeys, SweepKeys
-from bench.trainers import plug_for
+from bench.trainers import load_config, plug_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -198,7 +198,7 @@ def _bad(base: dict, tmp: Path) -> list[tuple[str, dict, str]]:
         (
             "arm key in set",
             base | {"cells": [cell | {"set": {"training.fused_adamw": False}}]},
-            "use arms (adamw_foreach)",
+            "use arms (adamw_foreach, adamw_plain)",
         ),
         (
             "contrast shape",
@@ -306,8 +306,9 @@ def shipped(tmp_path, monkeypatch):
 def test_shipped_configs(shipped):
     cpu = shipped("cpu")
     assert cpu.hardware == ("cpu",) and cpu.out == "results/cpu"
-    assert [c.cell_id for c in cpu.cells] == ["tiny_offline_bs2_s128", "tiny_online_bs2_s128"]
-    assert len(plan(cpu)) == 8 and (cpu.steps, cpu.warmup_steps) == (12, 4)
+    assert [c.cell_id for c in cpu.cells] == ["tiny_offline_bs2_s128"]
+    assert cpu.arms == ("baseline", "liger", "aa", "adamw_plain")  # an A/A pair and a CPU contrast
+    assert len(plan(cpu)) == 20 and (cpu.steps, cpu.warmup_steps) == (60, 5)
     h200 = shipped("h200")
     assert set(h200.hardware) == {"h100", "h200"}
     # 12 measured steps per run, pairs added until ±1 point (docs/method.md has the arithmetic)
@@ -430,8 +431,9 @@ def test_every_key_has_a_one_line_doc(section):
 
 
 def test_the_keys_arms_set_are_refused_in_a_cell_with_the_arms_that_set_them():
-    """Derived from bench/arms.py, as the hand-written table had them (sdpa's key stays a cell's)."""
-    from bench.arms import DRIVER_KEYS
+    """Derived from the arms' intent by our trainer's plug, as the hand-written table had them (sdpa's
+    key stays a cell's)."""
+    from bench.trainers.embedded.keys import DRIVER_KEYS
 
     derived = {k: v for k, v in DRIVER_KEYS.items() if v.startswith("use arms (")}
     assert derived == {
@@ -439,5 +441,6 @@ def test_the_keys_arms_set_are_refused_in_a_cell_with_the_arms_that_set_them():
         "model.liger_swiglu": "use arms (rmsnorm, swiglu, liger)",
         "model.compile_layers": "use arms (compile, liger_compile)",
         "model.liger_fused_linear_ce": "use arms (liger_flce)",
-        "training.fused_adamw": "use arms (adamw_foreach)",
+        "training.fused_adamw": "use arms (adamw_foreach, adamw_plain)",
+        "training.foreach_adamw": "use arms (adamw_plain)",
     }

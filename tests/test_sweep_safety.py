@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from bench.config import Run, load_config
+from bench.config import Run
 from bench.fileio import read_json
+from bench.trainers import load_config
 from bench.trainers.embedded import EMBEDDED
 from tests.test_driver import fakes, snapshot, sweep_file, train_configs  # noqa: F401
 

@@ -1,10 +1,12 @@
-"""Sweep configs: load and validate one into a SweepConfig (sweep.py, keys declared in schema.py,
-checked by the typed engine in typed.py), and plan its runs (plan.py). Import from here."""
+"""Sweep configs: load and validate one into a SweepConfig (loader.py, keys declared in schema.py,
+checked by the typed engine in typed.py, each cell read by its trainer's CellReader:
+cellfacts.py), and plan its runs (plan.py). Import from here."""
 
+from bench.config.cellfacts import CellReader, Readers, pick
+from bench.config.loader import load_config, validate
 from bench.config.model import Capacity, Cell, Precision, Run, SweepConfig, cell_id_for
 from bench.config.plan import diff_resolved, format_set_value, plan, plan_rounds, round_runs
 from bench.config.schema import CPU_MAX_PROCS, MODES, ORDERS
-from bench.config.sweep import load_config, validate
 from bench.errors import SweepError
 
 __all__ = [
@@ -12,6 +14,8 @@ __all__ = [
     "MODES",
     "ORDERS",
     "Capacity",
+    "CellReader",
+    "Readers",
     "Cell",
     "Precision",
     "Run",
@@ -21,6 +25,7 @@ __all__ = [
     "diff_resolved",
     "format_set_value",
     "load_config",
+    "pick",
     "plan",
     "plan_rounds",
     "round_runs",

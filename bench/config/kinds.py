@@ -75,7 +75,7 @@ class ArmNames(Kind):
 
 
 class Contrasts(Kind):
-    """Only the shape: the sweep checks the pairs against its arms (bench.config.sweep)."""
+    """Only the shape: the sweep checks the pairs against its arms (bench.config.loader)."""
 
     expect = "a list of [arm, reference] pairs of the sweep's arms (e.g. [[liger_flce, liger]])"
 

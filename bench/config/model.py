@@ -1,7 +1,7 @@
 """The validated sweep: SweepConfig, its cells (Cell), their runs (Run), a precision target
 (Precision) and a capacity search (Capacity), as frozen dataclasses; and how a cell is named.
 
-Built by bench/config/sweep.py from a checked sweep config; the arms' properties are read from
+Built by bench/config/loader.py from a checked sweep config; the arms' properties are read from
 bench/arms.py.
 """
 
@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.arms import ARMS
+from bench.config.schema import SweepKeys
 
 
 @dataclass(frozen=True)
@@ -59,16 +61,17 @@ class Cell:
     attention_backend: str | None
     config_sha256: str  # of the training config file
     precision: Precision | None = None  # None: a fixed number of repeats
-    trainer: str = "embedded"  # the plug that runs it: embedded | specforge-cli (bench/config/upstream.py)
+    trainer: str = ""  # the registered trainer that runs it (bench/trainers)
+    trainer_tag: str = ""  # "" for the default (first registered) trainer, else its name
     inputs: str = "prepared"  # offline: the plug prepares its cache; "user": the config names its own data
 
     def cache_key(self) -> str:
         """Offline caches are shared by the cells (arms, batch sizes, repeats) with the same trainer,
         training config, seq_len and `set` overrides: everything `prepare` is given."""
         parts = [self.config_sha256, self.seq_len, self.overrides]
-        parts += [] if self.trainer == "embedded" else [self.trainer]
+        parts += [self.trainer_tag] if self.trainer_tag else []
         digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:8]
-        tail = "" if self.trainer == "embedded" else f"_{self.trainer}"
+        tail = f"_{self.trainer_tag}" if self.trainer_tag else ""
         return f"{slug(self.profile)}_s{self.seq_len}_{digest}{tail}"
 
     @property
@@ -90,29 +93,20 @@ class Run:
         return ARMS[self.arm].liger
 
 
+# SweepConfig's own fields: what validation derives; every other attribute is a sweep key
+# (bench/config/schema.py: SweepKeys, declared there once), read through to ``keys``.
+DERIVED = ("path", "out", "rdzv_endpoint", "rdzv_from", "launcher", "launcher_from", "cells")
+DERIVED += ("precision", "capacity", "resolved")
+
+
 @dataclass(frozen=True)
 class SweepConfig:
+    """A validated sweep: its keys (``keys``, as SweepKeys declares them, lists as tuples, integers
+    of float keys as floats), and what validation derived from them."""
+
+    keys: SweepKeys
     path: Path
-    name: str
-    hardware: tuple[str, ...]
-    out: str
-    trainer_module: str
-    trainer_python: str | None  # specforge-cli cells: the user's interpreter (None: found at check time)
-    arms: tuple[str, ...]
-    contrasts: tuple[tuple[str, str], ...]  # (arm, reference): arm-vs-arm comparisons
-    repeats: int
-    order: str
-    order_seed: int
-    steps: int
-    warmup_steps: int
-    timeout_s: float
-    prepare_timeout_s: float
-    poll_interval_s: float
-    poll_vram: bool
-    foreign_processes: str  # warn | refuse
-    loss_tolerance: float
-    gpus_per_run: tuple[int, ...]
-    nodes: int
+    out: str  # the sweep directory: the config's, else results/<name>
     rdzv_endpoint: str | None  # as resolved: the config's, else from the environment
     rdzv_from: str | None  # where rdzv_endpoint came from: the key or the environment variable(s)
     # the command that starts a multi-node run once on every node (e.g. srun ...); () when nodes == 1
@@ -120,13 +114,16 @@ class SweepConfig:
     # "launcher" (the config's), "slurm" (none given: each run a Slurm job step), None when nodes == 1
     launcher_from: str | None
     cells: tuple[Cell, ...]
-    equivalence_pct: float
-    compile_cache: bool
-    fork_server: bool
-    prime_runs: int  # discarded runs per (cell, arm) before the measured ones (hyperfine's --warmup)
     precision: Precision | None
     capacity: Capacity | None
     resolved: dict[str, Any]  # every key with its default filled in; stored in sweep.json
+
+    def __getattr__(self, name: str) -> Any:
+        """A sweep key not derived here: SweepKeys' value, frozen (lists as tuples)."""
+        keys = self.__dict__.get("keys")
+        if keys is None or name not in _KEY_HINTS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return _frozen(getattr(keys, name), _KEY_HINTS[name])
 
     @property
     def runs_on_cpu(self) -> bool:
@@ -145,25 +142,34 @@ class SweepConfig:
         """Per cell with a precision target: its ci_halfwidth_pct, min_pairs, max_pairs."""
         return {c.cell_id: vars(c.precision) for c in self.cells if c.precision is not None}
 
-    def forks(self, cell: Cell) -> bool:
-        """Whether a cell's runs are forked from the warm server (single-process runs only)."""
-        return self.fork_server and cell.gpus == 1 and cell.nodes == 1 and cell.trainer == "embedded"
-
     def pilot_pairs(self, cell: Cell) -> int:
         """Pairs every cell runs before any decision: the fixed repeats, or Stein's pilot."""
         return cell.precision.min_pairs if cell.precision else self.repeats
 
 
+_KEY_HINTS = {n: h for n, h in typing.get_type_hints(SweepKeys).items() if n not in DERIVED}
+
+
+def _frozen(value: Any, hint: Any) -> Any:
+    """A key's value as the run loop reads it: lists (and lists of lists) as tuples, an integer
+    given for a float key as a float."""
+    if isinstance(value, list):
+        return tuple(_frozen(v, None) for v in value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
 def cell_id_for(cell: Cell, label: str | None) -> str:
     """`<profile>_<mode>_bs<batch>_s<seq_len>`, plus `_g<gpus>`, `_n<nodes>`, `_<trainer>` (other
-    than the embedded one) and `_<label>` when set."""
+    than the default one) and `_<label>` when set."""
     cell_id = f"{slug(cell.profile)}_{cell.mode}_bs{cell.batch_size}_s{cell.seq_len}"
     if cell.gpus > 1:
         cell_id += f"_g{cell.gpus}"
     if cell.nodes > 1:
         cell_id += f"_n{cell.nodes}"
-    if cell.trainer != "embedded":
-        cell_id += f"_{cell.trainer}"
+    if cell.trainer_tag:
+        cell_id += f"_{cell.trainer_tag}"
     return f"{cell_id}_{label}" if label else cell_id
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import bench.config.typed as typed
 from bench.config.model import Cell, Run, SweepConfig
-from bench.config.schema import CellKeys, SweepKeys
+from bench.config.schema import FILLED_KEYS, CellKeys, SweepKeys
 
 
 def round_runs(cfg: SweepConfig, cell: Cell, repeat: int) -> list[tuple[str, str]]:
@@ -60,7 +60,7 @@ def diff_resolved(old: dict, new: dict, prefix: str = "") -> list[str]:
             continue
         a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
         if key not in old and key in defaults:
-            a = defaults[key]
+            a = b if not prefix and key in FILLED_KEYS else defaults[key]
         name = f"{prefix}{key}"
         if isinstance(a, dict) and isinstance(b, dict):
             keys += diff_resolved(a, b, f"{name}.")

@@ -5,7 +5,7 @@ Sections: :class:`SweepKeys` (the top level), :class:`CellKeys` (one entry of ``
 :class:`CapacityKeys` (``capacity:``). The typed engine (bench/config/typed.py) validates a
 raw mapping against one of them; what spans several keys (warmup_steps < steps, a launcher
 for nodes > 1, ...) and the upper bounds with their own messages are checked in
-bench/config/sweep.py. The declaration order is the order of the resolved config.
+bench/config/loader.py. The declaration order is the order of the resolved config.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from bench.config.kinds import (
     Sets,
 )
 from bench.config.typed import key
-from bench.config.upstream import TRAINERS
 
 ORDERS = ("interleaved", "shuffled")
 FOREIGN = ("warn", "refuse")  # what a run does when another process holds memory on the cards
@@ -33,13 +32,17 @@ MODES = ("offline", "online")
 CAPACITY_AXES = ("batch_size", "seq_len")
 # On a machine without GPUs, gpus_per_run > 1 means that many gloo processes on the CPU.
 CPU_MAX_PROCS = 2
-# Upper bounds, each checked with its own message (bench/config/sweep.py).
+# Upper bounds, each checked with its own message (bench/config/loader.py).
 MAX_PRIME_RUNS = 3
 MAX_POLL_INTERVAL_S = 1.0
 MAX_PAIRS = 100
 MAX_CAPACITY = 2**20
 MAX_STEPS = 1_000_000  # optimizer steps per run
 MAX_RUNS = 10_000  # runs a sweep may plan (cells x arms x pairs), refused before anything is written
+# Top-level keys whose null the loader fills from outside the config (trainer: the default trainer
+# registered in bench/trainers; trainer_module: that trainer's module): a sweep started before the
+# key existed ran with that value.
+FILLED_KEYS = ("trainer", "trainer_module")
 NAME_MAX = 255  # a run directory's name, in bytes (the usual file-name limit)
 
 
@@ -78,7 +81,7 @@ class CellKeys:
     batch_size: Ints = key(ge=1, doc="the batch sizes of the grid")
     seq_len: Ints = key(ge=1, doc="the sequence lengths of the grid")
     set: Sets = key({}, doc="training config overrides (dotted keys to scalars), not the driver's own keys")
-    trainer: str | None = key(None, choices=TRAINERS, doc="the sweep's trainer, for this entry")
+    trainer: str | None = key(None, doc="the sweep's trainer, for this entry")
     label: str | None = key(None, doc="appended to the cell ids (letters, digits, '.', '_', '-')")
     steps: int | None = key(None, ge=1, doc="the sweep's steps, for this entry")
     warmup_steps: int | None = key(None, ge=0, doc="the sweep's warmup_steps, for this entry")
@@ -97,13 +100,16 @@ class SweepKeys:
     name: str = key(doc="the sweep's name (letters, digits, '.', '_', '-')")
     hardware: Hardware = key(doc="the hardware it is meant for: GPU kinds such as [h100, h200], cpu or any")
     out: str | None = key(None, doc="the sweep directory; null: results/<name>")
-    trainer: str = key(
-        "embedded", choices=TRAINERS, doc="embedded (the run contract's trainer_module) or specforge-cli"
+    trainer: str | None = key(
+        None, doc="the trainer that runs the cells: a name registered in bench/trainers; null: the first"
     )
-    trainer_module: str = key("specforge", doc="the Python module each run launches (the run contract)")
+    trainer_module: str | None = key(
+        None, doc="the Python module each run launches (the run contract); null: the trainer's own"
+    )
     trainer_python: str | None = key(
         None,
-        doc="specforge-cli: your SpecForge environment's python; null: $SPECFORGE_PYTHON, else specforge's",
+        doc="the interpreter of a trainer that runs in your own Python environment; null: the trainer's "
+        "own lookup",
     )
     arms: Arms = key(["baseline", "liger"], doc="the A/B arms (bench/arms.py), run baseline first")
     contrasts: Pairs = key(

@@ -7,8 +7,7 @@ required key says what is expected, ``null`` means the default, and every value 
 :func:`check_value`, which dispatches on the hint (``bool``, ``int``, ``float``, ``str``,
 ``X | None``, and ``Annotated[T, kind]`` for the special kinds: a :class:`Kind` instance).
 Values are kept as written (an integer for a float key stays an integer), so the resolved
-config stored in sweep.json says what the file says. Modelled on specforge/config.py's
-``_check_value``/``_build``; bench never imports specforge. Every failure is one line, made
+config stored in sweep.json says what the file says. Every failure is one line, made
 by the caller's ``fail`` (which puts the file's name in front).
 """
 

@@ -5,7 +5,9 @@ bench/kernels, so when one of those is renamed or moved it is re-pointed here al
 
 The config's types are imported at the top (they are what a plan is made of); everything else
 is imported where it is used, so the command loads only what a run needs (matplotlib, the
-launcher) and a module being rebuilt elsewhere breaks only the step that calls it.
+launcher) and a module being rebuilt elsewhere breaks only the step that calls it. Profile runs
+go through the sweep's own run loop (bench.run.session.Session: the trainer's plug, the VRAM
+poller, the fork server, timeouts, the reading-back of what a run left).
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.config import Cell, Run, SweepConfig, format_set_value, load_config
+from bench.config import Cell, Run, SweepConfig, format_set_value
 from bench.errors import SweepError
+from bench.trainers import load_config
+from bench.trainers.embedded.facts import MODULE as OUR_MODULE  # our trainer, whose modules kernels times
 
 __all__ = [
+    "OUR_MODULE",
     "Cell",
     "Run",
     "SweepConfig",
@@ -31,8 +36,9 @@ __all__ = [
     "our_trainer_importable",
     "no_gpu_reason",
     "plot_grid",
+    "open_session",
     "prepare_cache",
-    "run_trainer",
+    "run_in_session",
     "save_plot",
     "train_command",
     "write_csv",
@@ -105,35 +111,37 @@ def cache_dir(out_dir: Path, cell: Cell) -> Path | None:
     return cache_dir_for(out_dir, cell)
 
 
-def prepare_cache(cfg: SweepConfig, out_dir: Path, run: Run) -> str | None:
-    """Prepare the offline cache ``run`` reads, under out_dir/cache, with the sweep's own code
-    (reused when it is there already); the one-line error, or None."""
-    from bench.run.caches import prepare_caches
-    from bench.trainers import plug_for
-
-    return prepare_caches(cfg, plug_for(cfg), out_dir, [run]).get(run.cell.cache_key())
-
-
 def train_command(cfg: SweepConfig, run: Run, rdir: Path, cache: Path | None) -> list[str]:
     """The sweep's exact trainer command for ``run`` (the cell's --set values, the arm's keys, the
     launcher), ending in ``--output-dir rdir``."""
     from bench.trainers import plug_for
 
-    return plug_for(cfg).train_command(cfg, run, rdir, cache)
+    return plug_for(cfg, run.cell).train_command(cfg, run, rdir, cache)
 
 
-def run_trainer(argv: list[str], rdir: Path, timeout_s: float, wrote: Path) -> str | None:
-    """Run one trainer process tree as the sweep does (its output in rdir/stdout.log); None when it
-    exited 0 in time and ``wrote`` exists, else why not, in one line naming the log."""
-    from bench.procs.launcher import exit_text, log_lines, run_process
+def open_session(cfg: SweepConfig, out_dir: Path) -> Any:
+    """The sweep's run loop for runs of ``cfg`` written under ``out_dir`` (a Session)."""
+    from bench.run.preflight import detect
+    from bench.run.session import Session
 
-    log = rdir / "stdout.log"
-    rc, timed_out = run_process(argv, log, rdir / "launch.json", timeout_s)
-    if rc == 0 and not timed_out and wrote.is_file():
-        return None
-    lines = log_lines(log)
-    why = f"timed out after {timeout_s:g} s" if timed_out else (lines[-1] if lines else "")
-    return f"{why or exit_text(rc)} (log: {log})"
+    return Session.open(cfg, out_dir, detect())
+
+
+def prepare_cache(session: Any, run: Run) -> str | None:
+    """Prepare (or verify) the offline cache ``run`` reads, under the session's out_dir/cache, as
+    the sweep does (reused when it is there already); the one-line error, or None."""
+    session.prepare([run])
+    return session.cache_errors.get(run.cell.cache_key())
+
+
+def run_in_session(session: Any, run: Run, rdir: Path) -> dict:
+    """One run through the sweep's run loop into ``rdir`` (cell.json, the polled process tree, the
+    plug's run.json); returns run.json's content."""
+    from bench.fileio import read_json
+
+    session.run(run, rdir=rdir, show=False, prime=False)
+    doc = read_json(rdir / "run.json")
+    return doc if isinstance(doc, dict) else {"status": "error", "reason": f"no run.json in {rdir}"}
 
 
 # ---------------------------------------------------------------- the report's writers

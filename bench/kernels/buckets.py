@@ -1,9 +1,9 @@
 """``python -m bench kernels CONFIG --profile``: where a training step's time goes, per arm.
 
 For each cell, the trainer runs once per arm (the baseline and each Liger arm of
-bench.arms.LIGER_ARMS) with the cell's exact arguments (the sweep's trainer command, through
-bench/kernels/bridge.py), for ``warmup_steps + 2`` steps, the last two under torch.profiler
-(``training.profile_steps``). Each run writes ``profile.json`` (specforge/profiling.py: time per
+bench.arms.LIGER_ARMS) with the cell's exact arguments, through the sweep's run loop (a Session,
+via bench/kernels/bridge.py: the plug's command, the poller, the fork server, the timeout), for
+``warmup_steps + 2`` steps, the last two under torch.profiler (``training.profile_steps``). Each run writes ``profile.json`` (specforge/profiling.py: time per
 bucket of kernel names); this module gathers them into ``kernel_buckets.csv``,
 ``kernel_buckets.png`` and a section of ``kernels.md``. docs/kernels.md says how to read them.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -44,14 +44,20 @@ def profile_steps(warmup_steps: int) -> tuple[int, list[int]]:
     return steps, list(range(warmup_steps + 1, steps + 1))
 
 
-def profile_argv(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
-    """The sweep's command for this run (bridge.train_command: the cell's --set values, the arm's
-    keys, the launcher), with the step count and the profiled steps set last."""
-    argv = bridge.train_command(cfg, run, rdir, cache_dir)
-    assert argv[-2] == "--output-dir", argv
+def profile_run(run: Run) -> Run:
+    """The run as the profiler runs it: the cell's steps cut to its warm-up plus two, the last two
+    profiled (``training.profile_steps``, which only the profiler sets)."""
     steps, profiled = profile_steps(run.cell.warmup_steps)
-    extra = ["--set", f"training.steps={steps}", "--set", f"training.profile_steps={profiled}"]
-    return [*argv[:-2], *extra, *argv[-2:]]
+    cell = replace(
+        run.cell, steps=steps, overrides={**run.cell.overrides, "training.profile_steps": profiled}
+    )
+    return replace(run, cell=cell)
+
+
+def profile_argv(cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
+    """The sweep's command for the profiled run (bridge.train_command: the cell's --set values, the
+    arm's keys, the launcher)."""
+    return bridge.train_command(cfg, profile_run(run), rdir, cache_dir)
 
 
 def _skip_reason(plan: CellPlan, arm: str) -> str | None:
@@ -71,43 +77,44 @@ def run_profiles(cfg: SweepConfig, plans: list[CellPlan], out_dir: Path, log=pri
     {cell_id, arm, status, reason, profile (profile.json or None)}."""
     root = out_dir / "profiles"
     root.mkdir(parents=True, exist_ok=True)
+    session = bridge.open_session(cfg, out_dir)
     records = []
-    for plan in plans:
-        cell = plan.cell
-        runs = [Run(f"{cell.cell_id}_{arm}", cell, arm, 1, i) for i, arm in enumerate(profile_arms())]
-        cache_error = None
-        if cell.mode == "offline" and cell.nodes == 1:
-            # The offline cache lives beside the profiles (out_dir/cache), as in a sweep directory,
-            # so a cache directory linked in from a sweep of the same cells is reused.
-            cache_error = bridge.prepare_cache(cfg, out_dir, runs[0])
-        for run in runs:
-            rec = _record(cell.cell_id, run.arm)
-            records.append(rec)
-            skip = _skip_reason(plan, run.arm)
-            if skip or cache_error:
-                rec.update(status="skipped" if skip else "error", reason=skip or cache_error)
-                log(f"  profile {run.run_id}: {rec['status']}: {rec['reason']}")
-                continue
-            rec.update(_profile_run(cfg, run, out_dir, root / run.run_id, log))
+    try:
+        for plan in plans:
+            cell = plan.cell
+            runs = [Run(f"{cell.cell_id}_{arm}", cell, arm, 1, i) for i, arm in enumerate(profile_arms())]
+            cache_error = None
+            if cell.mode == "offline" and cell.nodes == 1:
+                # The offline cache lives beside the profiles (out_dir/cache), as in a sweep directory,
+                # so a cache directory linked in from a sweep of the same cells is reused.
+                cache_error = bridge.prepare_cache(session, runs[0])
+            for run in runs:
+                rec = _record(cell.cell_id, run.arm)
+                records.append(rec)
+                skip = _skip_reason(plan, run.arm)
+                if skip or cache_error:
+                    rec.update(status="skipped" if skip else "error", reason=skip or cache_error)
+                    log(f"  profile {run.run_id}: {rec['status']}: {rec['reason']}")
+                    continue
+                rec.update(_profile_run(session, run, root / run.run_id, log))
+    finally:
+        session.close()
     return records
 
 
-def _profile_run(cfg: SweepConfig, run: Run, out_dir: Path, rdir: Path, log) -> dict:
-    """One profile run into a fresh ``rdir`` (the offline cache already prepared): the sweep's
-    command with the profiled steps, launched as the sweep launches it; {status, reason, profile}."""
-    if rdir.exists():
-        shutil.rmtree(rdir)
-    rdir.mkdir(parents=True)
-    argv = profile_argv(cfg, run, rdir, bridge.cache_dir(out_dir, run.cell))
+def _profile_run(session, run: Run, rdir: Path, log) -> dict:
+    """One profile run into a fresh ``rdir`` (the offline cache already prepared), through the
+    sweep's run loop; {status, reason, profile}."""
     log(f"  profile {run.run_id} ...")
     t0 = time.monotonic()
+    doc = bridge.run_in_session(session, profile_run(run), rdir)
     path = rdir / "profile.json"
-    failed = bridge.run_trainer(argv, rdir, run.cell.timeout_s, wrote=path)
     out = {"status": "ok", "reason": None, "profile": None}
-    if failed is None:
+    if doc.get("status") == "ok" and path.is_file():
         out["profile"] = json.loads(path.read_text())
     else:
-        out.update(status="error", reason=failed)
+        why = doc.get("reason") or f"no {path.name} written"
+        out.update(status=doc.get("status") if doc.get("status") != "ok" else "error", reason=why)
     log(f"    {out['status']} ({time.monotonic() - t0:.0f} s){': ' + out['reason'] if out['reason'] else ''}")
     return out
 

@@ -71,16 +71,16 @@ def _check_reps(reps: int, warmup: int) -> None:
 
 def _load_specforge_config(config: str | Path) -> SweepConfig:
     cfg = bridge.load_config(config)
-    if cfg.trainer_module != "specforge":
-        raise SweepError(
-            f"{cfg.path}: trainer_module: kernels times specforge's draft modules; "
-            f"{cfg.trainer_module!r} is not supported"
-        )
-    other = next((c for c in cfg.cells if c.trainer != "embedded"), None)
+    other = next((c for c in cfg.cells if c.trainer_tag), None)  # not the default trainer
     if other is not None:
         raise SweepError(
             f"{cfg.path}: cells[{other.entry}]: kernels times our trainer's draft modules; trainer "
             f"{other.trainer} is not supported (its Δ is in the sweep's report)"
+        )
+    if cfg.trainer_module != bridge.OUR_MODULE:
+        raise SweepError(
+            f"{cfg.path}: trainer_module: kernels times specforge's draft modules; "
+            f"{cfg.trainer_module!r} is not supported"
         )
     return cfg
 

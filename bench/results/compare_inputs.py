@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.results.capacity import CAPACITY_COLUMNS
+from bench.results.capacity_table import CAPACITY_COLUMNS
 from bench.results.columns import (
     CONTRAST_COLUMNS,
     LOSS_PARITY_COLUMNS,

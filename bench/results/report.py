@@ -18,7 +18,7 @@ import pandas as pd
 from bench import fmt
 from bench.fileio import atomic_write_text, read_json
 from bench.results import plots, runplots
-from bench.results.capacity import capacity_table
+from bench.results.capacity_table import capacity_table
 from bench.results.columns import (
     CONTRAST_COLUMNS,
     LOSS_PARITY_COLUMNS,

@@ -22,7 +22,7 @@ from bench.slurm.alloc import current as current_allocation
 
 
 def launch_polled(
-    cfg: SweepConfig, run: Run, rdir: Path, argv: list[str], tick, env: dict
+    cfg: SweepConfig, run: Run, rdir: Path, argv: list[str], tick, env: dict, fork: bool = False
 ) -> tuple[int, bool]:
     """The process tree, with this machine's cards polled around it (multi-node: each node
     polls its own beside its agent, bench/probe/nodevram.py, gathered here afterwards)."""
@@ -44,7 +44,7 @@ def launch_polled(
             run.cell.timeout_s,
             tick if step is None else _both(step.watch, tick),
             env,
-            fork=cfg.forks(run.cell),
+            fork=fork,
             stop=step.stop if step is not None else None,
         )
     finally:

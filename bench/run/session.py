@@ -62,6 +62,12 @@ class Session:
     def plug(self, cell: Cell) -> TrainerPlug:
         return self.plugs[cell.trainer]
 
+    def forks(self, cell: Cell) -> bool:
+        """Whether a cell's runs fork from the warm server: single-process runs of a trainer whose
+        plug preloads modules into it (a trainer in another interpreter preloads none)."""
+        cfg = self.cfg
+        return cfg.fork_server and cell.gpus == 1 and cell.nodes == 1 and bool(self.plug(cell).preload(cfg))
+
     def compile_dir(self, cell: Cell) -> Path | None:
         """The compile cache (TorchInductor, Triton) the runs of ``cell`` share: one per trainer
         environment's versions and the GPU kind, under cache/compile/ (--force keeps it)."""
@@ -103,7 +109,7 @@ class Session:
             return
         self.server_tried = True
         cfg = self.cfg
-        forking = [c for c in cfg.cells if cfg.forks(c)]  # cells whose runs fork (one plug: the embedded)
+        forking = [c for c in cfg.cells if self.forks(c)]  # cells whose runs fork
         preload = self.plug(forking[0]).preload(cfg) if forking else []
         if not preload:
             return
@@ -164,7 +170,8 @@ class Session:
         if refused:
             return outcome.record(rdir, run, "error", refused)
         started = now()
-        rc, timed_out = execute.launch_polled(cfg, run, rdir, argv, tick, execute.compile_env(compile_dir))
+        env = execute.compile_env(compile_dir)
+        rc, timed_out = execute.launch_polled(cfg, run, rdir, argv, tick, env, fork=self.forks(run.cell))
         doc = plug.reconcile(rdir, run, rc, timed_out, started)
         fault = execute.environment_fault(doc.get("reason")) if doc.get("status") == "error" else None
         if fault:  # the machine failed the run, not its arm: stop, launch.json unmarked (unfinished)

@@ -17,12 +17,12 @@ import os
 import sys
 from pathlib import Path
 
-from bench.config import Run, SweepConfig, load_config, plan, plan_rounds
+from bench.config import Run, SweepConfig, plan, plan_rounds
 from bench.errors import SweepError
 from bench.fileio import writing
 from bench.probe import vram
 from bench.procs.launcher import reap_stale
-from bench.run import capacity as search  # the capacity loop, a user of the same Session
+from bench.run import capacity_search as search  # the capacity loop, a user of the same Session
 from bench.run import console, dryrun, preflight
 from bench.run.caches import clear_staging
 from bench.run.execute import quietly
@@ -44,7 +44,7 @@ from bench.run.sweepdir import (
 from bench.slurm import alloc
 from bench.slurm.batch import BATCH_SCRIPT_ENV
 from bench.slurm.stop import run_stoppable
-from bench.trainers import plugs_for
+from bench.trainers import load_config, plugs_for
 
 
 def run_sweep(
@@ -58,7 +58,7 @@ def run_sweep(
     retry_failed: bool = False,
 ) -> int:
     """Run (or resume) a sweep — or, with ``capacity``, the config's capacity search
-    (bench/run/capacity.py); returns the exit status. ``retry_failed``: a resume that first
+    (bench/run/capacity_search.py); returns the exit status. ``retry_failed``: a resume that first
     reopens the rounds holding a failed run (bench/run/sweepdir.py failed_rounds). Bad input
     raises SweepError before anything is written."""
     cfg = alloc.bind(load_config(config_path), dry_run)  # Slurm job steps: the rendezvous on the first node

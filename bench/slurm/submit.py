@@ -13,11 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.config import load_config
 from bench.errors import SweepError
 from bench.fileio import append_jsonl, atomic_write_text
 from bench.run.sweepdir import check_out_dir, check_out_path
 from bench.slurm.batch import SLURM_DIR, JobSpec, script, script_path
+from bench.trainers import load_config
 
 SBATCH_TIMEOUT_S = 60.0
 

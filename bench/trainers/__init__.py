@@ -1,27 +1,44 @@
-"""Trainer plugs (bench/trainers/base.py says what a plug is). ``plug_for`` picks the one that
-runs a cell: a run-contract trainer (``trainer_module``; ``specforge``, ours, by default) or the
-SpecForge CLI (``trainer: specforge-cli``, bench/trainers/specforge_cli.py)."""
+"""The registered trainers, one line each, and the plug that runs a cell.
+
+Each entry names a package whose ``TRAINER`` (bench/trainers/base.py says what it holds) is
+registered under its own name; the first is the default trainer of a sweep config that names
+none. Adding a trainer is its package plus one line here. ``load_config`` is the config loader with every registered
+trainer's cell reader handed in; ``plug_for`` / ``plugs_for`` give the plugs of a sweep's cells.
+"""
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 from bench.config import Cell, SweepConfig
-from bench.config.upstream import SPECFORGE_CLI
-from bench.trainers.base import TrainerPlug
-from bench.trainers.contract import ContractPlug
-from bench.trainers.embedded import EMBEDDED
+from bench.config import load_config as _load_config
+from bench.trainers.base import Trainer, TrainerPlug
+
+TRAINERS = (
+    "bench.trainers.embedded",  # our DFlash trainer (specforge/), the default
+    "bench.trainers.specforge_cli",  # the real SpecForge CLI (PyPI specforge), your environment
+    "bench.trainers.contract",  # any module honouring docs/run-contract.md (trainer_module)
+)
+
+__all__ = ["TRAINERS", "Trainer", "TrainerPlug", "load_config", "plug_for", "plugs_for", "registered"]
+
+
+def registered() -> dict[str, Trainer]:
+    """The registered trainers by name, the default first."""
+    trainers = [importlib.import_module(module).TRAINER for module in TRAINERS]
+    return {t.name: t for t in trainers}
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """A sweep config, validated with every registered trainer's reading of its cells."""
+    return _load_config(path, {name: t.reader for name, t in registered().items()})
 
 
 def plug_for(cfg: SweepConfig, cell: Cell | None = None, info: dict | None = None) -> TrainerPlug:
-    """The plug that runs ``cell`` (None: the sweep's run-contract trainer); ``info``: the machine."""
-    if cell is not None and cell.trainer == SPECFORGE_CLI:
-        # imported here: `python -m bench.trainers.specforge_run` (and _inputs) must not find
-        # themselves imported by this package before they run
-        from bench.trainers.specforge_cli import SpecForgeCliPlug
-
-        return SpecForgeCliPlug(info=dict(info or {}))
-    if cfg.trainer_module == EMBEDDED.module:
-        return EMBEDDED
-    return ContractPlug(cfg.trainer_module)
+    """The plug that runs ``cell`` (None: the sweep's own trainer); ``info``: the machine."""
+    name = cell.trainer if cell is not None else cfg.trainer
+    return registered()[name].make_plug(cfg, dict(info or {}))
 
 
 def plugs_for(cfg: SweepConfig, info: dict | None = None) -> dict[str, TrainerPlug]:

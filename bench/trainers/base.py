@@ -1,19 +1,26 @@
 """What a trainer plug is: the part of the suite that knows one kind of trainer.
 
-A plug checks a cell before anything is written, builds the command of one run of one arm,
-prepares the run's inputs (an offline cache), and reads the run's output back into the run records every report
-uses (``run.json`` with a status and reason, ``metrics.jsonl`` with one row per optimizer
-step; docs/run-contract.md). Everything else — pairing, the precision rule, VRAM polling,
-loss parity, timeouts, kill and resume, capacity, reports — is shared and never asks which
-plug ran. A plug is one module in ``bench/trainers/``, registered in its ``__init__``.
+A trainer is a package ``bench/trainers/<name>/`` whose ``TRAINER`` (a :class:`Trainer`) is
+registered by one line in ``bench/trainers/__init__.py``. It owns everything specific to that
+trainer: how it reads a cell's facts from its training config (a CellReader, handed to the
+config loader: bench/config/cellfacts.py), the keys the driver sets on it, which arms it can
+express and how each becomes its command line, its input preparation, its run wrapper and log
+reader. Its plug (:class:`TrainerPlug`) checks a cell before anything is written, builds the
+command of one run of one arm, prepares the run's inputs (an offline cache), and reads the run's
+output back into the run records every report uses (``run.json`` with a status and reason,
+``metrics.jsonl`` with one row per optimizer step; docs/run-contract.md). Everything else —
+pairing, the precision rule, VRAM polling, loss parity, timeouts, kill and resume, capacity,
+reports — is shared and never asks which plug ran.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bench.config import Cell, Run, SweepConfig
+from bench.config import Cell, CellReader, Run, SweepConfig
 
 
 class TrainerPlug(Protocol):
@@ -52,3 +59,14 @@ class TrainerPlug(Protocol):
     def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> dict:
         """Turn what the run left in ``rdir`` into its final run records; returns run.json's content."""
         ...
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """A registered trainer: its name (a sweep config's ``trainer:``), how it reads cells, and
+    its plug for a sweep (``make_plug(cfg, info)``; ``info``: the machine, bench.probe.hardware)."""
+
+    name: str
+    reader: CellReader
+    make_plug: Callable[[SweepConfig, dict], TrainerPlug]
+    doc: str = ""

@@ -1,7 +1,9 @@
 """The run-contract plug: a trainer that honours docs/run-contract.md — ``python -m MODULE
-train|prepare|check CONFIG --set k=v … --output-dir DIR``, exit codes 0/2/3, ``run.json`` and
-``metrics.jsonl`` written by rank 0. Our embedded trainer (``specforge``) is one; the sweep's
-``trainer_module`` names any other (the test suite's fake trainer is one too)."""
+train|prepare|check CONFIG --set k=v … [--use-liger-kernel] --output-dir DIR``, exit codes 0/2/3,
+``run.json`` and ``metrics.jsonl`` written by rank 0. The sweep's ``trainer_module`` names the
+module. The contract's own keys (CONTRACT_KEYS) are all the driver sets; an arm is Liger on or
+off (``--use-liger-kernel``). Our trainer's plug (bench/trainers/embedded) extends it with the
+keys through which our trainer expresses the other arms."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import bench.trainers.outcome as outcome
-from bench.arms import ARMS
+from bench.arms import ARMS, Arm
 from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
 from bench.fileio import atomic_write_json, read_json
@@ -22,6 +24,23 @@ from bench.trainers.launch import module_launcher, set_args
 
 CHECK_TIMEOUT_S = 120.0
 OOM_EXIT = 3  # the contract's exit status for an out-of-memory run
+# The run contract's keys, given as --set on every run (docs/run-contract.md): the cell's steps,
+# batch size and sequence length, the offline cache the driver prepared, and Liger off (an explicit
+# false, so that a training config of the user's cannot turn it on in the baseline).
+STEPS, BATCH, SEQ_LEN, CACHE_DIR, LIGER = (
+    "training.steps",
+    "training.batch_size",
+    "data.seq_len",
+    "data.cache_dir",
+    "model.use_liger_kernel",
+)
+CONTRACT_KEYS = {
+    STEPS: "use steps",
+    BATCH: "use the cell's batch_size",
+    SEQ_LEN: "use the cell's seq_len",
+    CACHE_DIR: "the driver prepares the cache",
+    LIGER: "use arms",
+}
 
 
 @dataclass(frozen=True)
@@ -48,27 +67,27 @@ class ContractPlug:
     def train_args(self, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
         """``train CONFIG --set k=v ... [--use-liger-kernel] --output-dir DIR``: the cell's keys, then
         the arm's own keys (which a cell may not set)."""
-        cell = run.cell
-        sets: dict[str, Any] = {
-            "training.steps": cell.steps,
-            "training.batch_size": cell.batch_size,
-            "data.seq_len": cell.seq_len,
-        }
+        cell, arm = run.cell, ARMS[run.arm]
+        sets: dict[str, Any] = {STEPS: cell.steps, BATCH: cell.batch_size, SEQ_LEN: cell.seq_len}
         if cache_dir is not None:
-            sets["data.cache_dir"] = str(cache_dir)
-        liger = ARMS[run.arm].liger
-        if not liger:  # explicit: a training config of the user's may turn Liger on
-            sets["model.use_liger_kernel"] = False
+            sets[CACHE_DIR] = str(cache_dir)
+        if not arm.liger:  # explicit: a training config of the user's may turn Liger on
+            sets[LIGER] = False
         sets.update(cell.overrides)
-        sets.update(ARMS[run.arm].sets)
-        flag = ["--use-liger-kernel"] if liger else []  # the contract's CLI flag for the Liger arm
+        sets.update(self.arm_sets(arm))
+        flag = ["--use-liger-kernel"] if arm.liger else []  # the contract's CLI flag for the Liger arm
         return ["train", cell.train_config, *set_args(sets), *flag, "--output-dir", str(rdir)]
+
+    def arm_sets(self, arm: Arm) -> dict[str, Any]:
+        """The keys an arm sets beyond the contract's Liger switch: none (the contract's arms are
+        Liger on or off; contract/facts.py refuses the others)."""
+        return {}
 
     def train_command(self, cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
         return [*module_launcher(cfg, run, rdir, self.module), *self.train_args(run, rdir, cache_dir)]
 
     def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
-        sets = {"data.seq_len": cell.seq_len, **cell.overrides}
+        sets = {SEQ_LEN: cell.seq_len, **cell.overrides}
         args = ["prepare", cell.train_config, *set_args(sets), "--output-dir", str(cache_dir)]
         return [sys.executable, "-m", self.module, *args]
 

@@ -8,7 +8,7 @@ checked by the typed engine (bench/config/typed.py); what spans several keys is 
 Bad input raises :class:`SweepError` with one line naming the file, the key and what is
 expected. Nothing here touches the filesystem beyond reading the sweep config and the
 training configs it points to (their top-level ``profile``/``mode`` and a few keys that
-describe the cell; ``specforge`` is never imported); the environment is read only for a
+describe the cell, as each cell's trainer reads them: bench/config/cellfacts.py; no trainer is imported); the environment is read only for a
 multi-node sweep's rendezvous endpoint when the config names none.
 """
 
@@ -27,7 +27,8 @@ import yaml
 
 import bench.config.typed as typed
 import bench.config.yamlio as yamlio
-from bench.arms import ARMS, DRIVER_KEYS
+from bench.arms import ARMS
+from bench.config.cellfacts import CellReader, Readers
 from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for
 from bench.config.schema import (
     MAX_CAPACITY,
@@ -36,7 +37,6 @@ from bench.config.schema import (
     MAX_PRIME_RUNS,
     MAX_RUNS,
     MAX_STEPS,
-    MODES,
     NAME_MAX,
     CapacityKeys,
     CellKeys,
@@ -44,14 +44,6 @@ from bench.config.schema import (
     SweepKeys,
 )
 from bench.config.typed import Fail
-from bench.config.upstream import (
-    CLI_ARMS,
-    CLI_DRIVER_KEYS,
-    CLI_PREPARED_KEYS,
-    EMBEDDED,
-    cli_cell_facts,
-    pick,
-)
 from bench.errors import SweepError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -67,8 +59,10 @@ DEFAULT_RDZV_PORT = 29400
 SLURM_STEP = ("--ntasks-per-node=1", "--kill-on-bad-exit=1", "--label")
 
 
-def load_config(path: str | Path) -> SweepConfig:
-    """Parse and validate a sweep config file; raises SweepError with one line on bad input."""
+def load_config(path: str | Path, readers: Readers) -> SweepConfig:
+    """Parse and validate a sweep config file; raises SweepError with one line on bad input.
+    ``readers``: the registered trainers' cell readers, the default trainer first
+    (bench.trainers.load_config hands them in)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -82,16 +76,16 @@ def load_config(path: str | Path) -> SweepConfig:
         raw = yamlio.load(text)
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: not valid YAML: {_yaml_problem(e)}") from None
-    return validate(raw, path)
+    return validate(raw, path, readers)
 
 
-def validate(raw: Any, path: Path) -> SweepConfig:
+def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
     def fail(msg: str) -> SweepError:
         return SweepError(f"{path}: {msg}")
 
     if not isinstance(raw, dict):
         raise fail("expected a mapping of sweep settings at the top level")
-    top = _check_top(typed.build(SweepKeys, raw, "", fail), fail)
+    top = _check_top(typed.build(SweepKeys, raw, "", fail), readers, fail)
     rdzv = _rdzv_endpoint(top, os.environ, fail)
     _check_runs(top, raw, fail)
     _check_contrasts(top.contrasts, top.arms, fail)
@@ -100,7 +94,7 @@ def validate(raw: Any, path: Path) -> SweepConfig:
     cells: list[Cell] = []
     resolved_cells: list[dict[str, Any]] = []
     for i, entry in enumerate(top.cells):
-        resolved_cell, entry_cells = _expand_entry(top, i, entry, path, fail)
+        resolved_cell, entry_cells = _expand_entry(top, i, entry, path, readers, fail)
         resolved_cells.append(resolved_cell)
         cells += entry_cells
     _check_unique(cells, fail)
@@ -109,19 +103,28 @@ def validate(raw: Any, path: Path) -> SweepConfig:
     return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved)
 
 
-def _check_top(top: SweepKeys, fail: Fail) -> SweepKeys:
+def _check_trainer(name: str, where: str, readers: Readers, fail: Fail) -> None:
+    if name not in readers:
+        raise fail(f"{where}trainer: expected one of {', '.join(readers)}, got {name!r}")
+
+
+def _check_top(top: SweepKeys, readers: Readers, fail: Fail) -> SweepKeys:
     """The top-level checks of single keys and of steps, in the order they are reported; ``out``
-    filled in."""
+    and ``trainer`` (the first registered) filled in."""
     if not _NAME_RE.match(top.name):
         raise fail(f"name: {top.name!r} should be letters, digits, '.', '_' or '-'")
     if top.out is None:
         top = replace(top, out=f"results/{top.name}")
-    if not _MODULE_RE.match(top.trainer_module):
+    if top.trainer is None:
+        top = replace(top, trainer=next(iter(readers)))
+    _check_trainer(top.trainer, "", readers, fail)
+    if top.trainer_module is None:
+        top = replace(top, trainer_module=readers[top.trainer].module)
+    if top.trainer_module is not None and not _MODULE_RE.match(top.trainer_module):
         raise fail(
-            f"trainer_module: expected a Python module name like 'specforge', got {top.trainer_module!r}"
+            f"trainer_module: expected a Python module name like 'my_trainer', got {top.trainer_module!r}"
         )
     typed.check_choice(top, "order", "", fail)
-    typed.check_choice(top, "trainer", "", fail)
     typed.check_choice(top, "foreign_processes", "", fail)
     if top.repeats > MAX_PAIRS:
         raise fail(f"repeats: expected at most {MAX_PAIRS} pairs per cell, got {top.repeats}")
@@ -234,18 +237,20 @@ def _capacity(raw: dict | None, fail: Fail) -> Capacity | None:
     return Capacity(c.axis, c.start, c.max, gran, c.steps)
 
 
-def _expand_entry(top: SweepKeys, i: int, entry: Any, path: Path, fail: Fail) -> tuple[dict, list[Cell]]:
+def _expand_entry(
+    top: SweepKeys, i: int, entry: Any, path: Path, readers: Readers, fail: Fail
+) -> tuple[dict, list[Cell]]:
     """One `cells:` entry: (its resolved keys, the cells it expands to)."""
     where = f"cells[{i}]"
     if not isinstance(entry, dict):
         raise fail(f"{where}: expected a mapping with {', '.join(typed.required(CellKeys))}")
     c = typed.build(CellKeys, entry, f"{where}.", fail)
     if c.trainer is not None:
-        typed.check_choice(c, "trainer", f"{where}.", fail)
+        _check_trainer(c.trainer, f"{where}.", readers, fail)
     trainer = c.trainer or top.trainer
     cfg_path = _find_train_config(c.config, path, fail, where)
-    train = _read_train_config(cfg_path, fail, where, ours=trainer == EMBEDDED)
-    facts = _cell_facts(top, trainer, train, cfg_path, c.set, where, fail)
+    train = _read_train_config(cfg_path, fail, where)
+    facts = _cell_facts(top, readers[trainer], train, cfg_path, c.set, where, fail)
     steps = c.steps if c.steps is not None else top.steps
     warmup = c.warmup_steps if c.warmup_steps is not None else top.warmup_steps
     if warmup >= steps:
@@ -279,10 +284,15 @@ def _expand_entry(top: SweepKeys, i: int, entry: Any, path: Path, fail: Fail) ->
         config_sha256=sha,
         precision=cell_precision,
         trainer=trainer,
+        trainer_tag="" if trainer == next(iter(readers)) else trainer,
         inputs=facts["inputs"],
     )
-    if "sdpa" in top.arms and entry_cell.attention_backend == "sdpa":
-        raise fail(f"arms: sdpa on {where}, whose attention is sdpa already: the arm would be the baseline")
+    for arm in (ARMS[a] for a in top.arms):
+        if arm.attention is not None and arm.attention == entry_cell.attention_backend:
+            raise fail(
+                f"arms: {arm.name} on {where}, whose attention is {arm.attention} already: "
+                "the arm would be the baseline"
+            )
     cells = []
     for gpus, batch, seq in itertools.product(gpus_list, c.batch_size, c.seq_len):
         cell = replace(entry_cell, batch_size=batch, seq_len=seq, gpus=gpus)
@@ -341,36 +351,14 @@ def _sweep_config(
     resolved: dict[str, Any],
 ) -> SweepConfig:
     return SweepConfig(
+        keys=top,
         path=path,
-        name=top.name,
-        hardware=tuple(top.hardware),
         out=top.out,
-        trainer_module=top.trainer_module,
-        trainer_python=top.trainer_python,
-        arms=tuple(top.arms),
-        contrasts=tuple((a, r) for a, r in top.contrasts),
-        repeats=top.repeats,
-        order=top.order,
-        order_seed=top.order_seed,
-        steps=top.steps,
-        warmup_steps=top.warmup_steps,
-        timeout_s=float(top.timeout_s),
-        prepare_timeout_s=float(top.prepare_timeout_s),
-        poll_interval_s=float(top.poll_interval_s),
-        poll_vram=top.poll_vram,
-        foreign_processes=top.foreign_processes,
-        loss_tolerance=float(top.loss_tolerance),
-        gpus_per_run=tuple(top.gpus_per_run),
-        nodes=top.nodes,
         rdzv_endpoint=rdzv[0],
         rdzv_from=rdzv[1],
         launcher=_launcher(top),
         launcher_from=None if top.nodes == 1 else "launcher" if top.launcher else "slurm",
         cells=cells,
-        equivalence_pct=float(top.equivalence_pct),
-        compile_cache=top.compile_cache,
-        fork_server=top.fork_server,
-        prime_runs=top.prime_runs,
         precision=precision,
         capacity=capacity,
         resolved=resolved,
@@ -378,38 +366,21 @@ def _sweep_config(
 
 
 def _cell_facts(
-    top: SweepKeys, trainer: str, train: dict, cfg_path: Path, sets: dict, where: str, fail: Fail
+    top: SweepKeys, reader: CellReader, train: Any, cfg_path: Path, sets: dict, where: str, fail: Fail
 ) -> dict[str, Any]:
-    """What the cell's training config says: profile, mode, who prepares the inputs, and the shape
-    keys as the runs will see them (the cell's `set:` over the file); the `set:` keys the driver
-    owns refused. A specforge-cli cell reads SpecForge's keys (bench/config/upstream.py)."""
-    if trainer == EMBEDDED:
-        for key in sets:
-            if key in DRIVER_KEYS:
-                raise fail(f"{where}.set.{key}: set by the driver; {DRIVER_KEYS[key]}")
-        return dict(
-            profile=train["profile"],
-            mode=train["mode"],
-            inputs="prepared",
-            accumulation_steps=pick(sets, train, "training.accumulation_steps"),
-            num_anchors=pick(sets, train, "training.num_anchors"),
-            attention_backend=pick(sets, train, "model.attention_backend"),
-        )
-    facts = cli_cell_facts(train, cfg_path, sets)
+    """What the cell's trainer reads in its training config (profile, mode, who prepares the
+    inputs, the shape keys as the runs will see them), the `set:` keys the driver owns for that
+    trainer refused, and the sweep's arms it cannot express refused."""
+    facts = reader.read_cell(train, cfg_path, sets, top.nodes, where)
     if isinstance(facts, str):
-        raise fail(f"{where}.config: {str(cfg_path)!r}: {facts}")
-    owned = {**CLI_DRIVER_KEYS, **(CLI_PREPARED_KEYS if facts["inputs"] == "prepared" else {})}
+        raise fail(facts)
     for key in sets:
-        if key in owned:
-            raise fail(f"{where}.set.{key}: set by the driver for trainer {trainer}; {owned[key]}")
-    unfit = [a for a in top.arms if a not in CLI_ARMS]
-    if unfit:
-        raise fail(
-            f"arms: {', '.join(unfit)} cannot run on {where} (trainer {trainer}): SpecForge has one Liger "
-            f"switch, model.use_liger_kernel; its arms are {', '.join(CLI_ARMS)}"
-        )
-    if top.nodes > 1:
-        raise fail(f"nodes: trainer {trainer} runs on one node here ({where}); use the embedded trainer")
+        why = reader.refuse_set(key, facts)
+        if why:
+            raise fail(f"{where}.set.{key}: {why}")
+    refused = reader.refuse_arms([ARMS[a] for a in top.arms], where)
+    if refused:
+        raise fail(refused)
     return facts
 
 
@@ -424,8 +395,8 @@ def _find_train_config(given: str, sweep_path: Path, fail: Fail, where: str) -> 
     raise fail(f"{where}.config: no such training config file {given!r}")
 
 
-def _read_train_config(cfg_path: Path, fail: Fail, where: str, ours: bool = True) -> dict:
-    """The training config as a mapping; ``ours``: one of our trainer's (a profile and a mode)."""
+def _read_train_config(cfg_path: Path, fail: Fail, where: str) -> dict:
+    """The training config as a mapping (what a trainer reads in it: its CellReader)."""
     try:
         train = yamlio.load(cfg_path.read_text())
     except UnicodeDecodeError:
@@ -437,12 +408,6 @@ def _read_train_config(cfg_path: Path, fail: Fail, where: str, ours: bool = True
         raise fail(f"{where}.config: cannot read training config {str(cfg_path)!r}: {problem}") from None
     if not isinstance(train, dict):
         raise fail(f"{where}.config: {str(cfg_path)!r} is not a mapping of training settings")
-    if not ours:
-        return train
-    if not isinstance(train.get("profile"), str) or not train["profile"].strip():
-        raise fail(f"{where}.config: {str(cfg_path)!r} has no top-level 'profile' string")
-    if train.get("mode") not in MODES:
-        raise fail(f"{where}.config: {str(cfg_path)!r} needs a top-level 'mode' of offline or online")
     return train
 
 

@@ -1,4 +1,4 @@
-"""One run of the SpecForge CLI, as the run contract needs it: ``python -m bench.trainers.specforge_run
+"""One run of the SpecForge CLI, as the run contract needs it: ``python -m bench.trainers.specforge_cli.wrapper
 --run-dir DIR --world W --seq-len S [--features SRC --samples N] -- PYTHON -m specforge.cli train ...``.
 
 It runs in the driver's process group (a timeout's group kill reaches SpecForge too) and:
@@ -8,7 +8,7 @@ It runs in the driver's process group (a timeout's group kill reaches SpecForge 
 2. starts SpecForge with the user's interpreter in an environment that cannot import our
    ``specforge`` (bench/trainers/isolation.py), its stdout and stderr passed through;
 3. turns each step's lines into a metrics.jsonl row as they arrive, stamped with the time
-   (bench/trainers/specforge_log.py), so the progress bar, the measured window and a run cut
+   (bench/trainers/specforge_cli/log.py), so the progress bar, the measured window and a run cut
    by its timeout see every finished step;
 4. at the end removes what SpecForge wrote into its output directory (it always saves a final
    checkpoint, several GB for a 4B draft; after the last step, so never inside a measured one)
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench.fileio import atomic_write_json
 from bench.trainers.isolation import isolated_env
-from bench.trainers.specforge_log import StepCollector, parse_step_line
+from bench.trainers.specforge_cli.log import StepCollector, parse_step_line
 
 OUTPUT = "specforge-out"  # SpecForge's output_dir inside the run directory
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: expected -- before the SpecForge command", file=sys.stderr)
         return 2
     cut = argv.index("--")
-    ap = argparse.ArgumentParser(prog="python -m bench.trainers.specforge_run")
+    ap = argparse.ArgumentParser(prog="python -m bench.trainers.specforge_cli.wrapper")
     ap.add_argument("--run-dir", required=True, type=Path)
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--seq-len", type=int, required=True)

@@ -3,12 +3,12 @@ the same run loop as ours.
 
 Each run is ``specforge train -c CONFIG key=value ...`` started by the user's interpreter
 (``trainer_python``, else ``$SPECFORGE_PYTHON``, else the one behind ``specforge`` on PATH),
-as ``python -m specforge.cli`` under bench/trainers/specforge_run.py, which reads its step lines
+as ``python -m specforge.cli`` under bench/trainers/specforge_cli/wrapper.py, which reads its step lines
 into metrics.jsonl. The arm is ``model.use_liger_kernel=true|false`` (always passed); the
 cell gives the batch size, sequence length and steps; the rest of the config is the user's
 own, untouched, or — for one of our training configs — the inputs this plug prepares offline
-with random weights (bench/trainers/specforge_inputs.py). The config is validated by SpecForge
-itself (``--plan``) before anything is written. Keys it owns: bench/config/upstream.py.
+with random weights (bench/trainers/specforge_cli/inputs.py). The config is validated by SpecForge
+itself (``--plan``) before anything is written. Keys it owns: bench/trainers/specforge_cli/facts.py.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ import yaml
 
 import bench.config.yamlio as yamlio
 import bench.trainers.outcome as outcome
-import bench.trainers.specforge_inputs as inputs
+import bench.trainers.specforge_cli.inputs as inputs
 from bench.arms import ARMS
 from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
 from bench.fileio import atomic_write_json, read_json, read_jsonl
 from bench.procs.launcher import now
 from bench.trainers.isolation import isolated_env, which_specforge
-from bench.trainers.specforge_run import OUTPUT
+from bench.trainers.specforge_cli.facts import NAME
+from bench.trainers.specforge_cli.wrapper import OUTPUT
 
 CHECK_TIMEOUT_S = 120.0
 PYTHON_ENV = "SPECFORGE_PYTHON"
@@ -79,7 +80,7 @@ def refusal(text: str) -> str:
 
 @dataclass
 class SpecForgeCliPlug:
-    name: str = "specforge-cli"
+    name: str = NAME
     info: dict = field(default_factory=dict)  # the machine (bench.probe.hardware.detect)
     python: str | None = None
     facts: dict | None = None  # what the user's environment holds (which_specforge)
@@ -153,7 +154,7 @@ class SpecForgeCliPlug:
 
     def train_command(self, cfg: SweepConfig, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
         cell = run.cell
-        wrap = [sys.executable, "-m", "bench.trainers.specforge_run", "--run-dir", str(rdir)]
+        wrap = [sys.executable, "-m", "bench.trainers.specforge_cli.wrapper", "--run-dir", str(rdir)]
         wrap += ["--world", str(cell.gpus), "--seq-len", str(cell.seq_len)]
         if cell.prepared and cache_dir is not None:
             wrap += ["--features", str(cache_dir / "features"), "--samples", str(self.samples_needed(cell))]
@@ -163,7 +164,7 @@ class SpecForgeCliPlug:
         return [*wrap, "--", *self.spec_command(cfg, run, rdir, config)]
 
     def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
-        module = ["-m", "bench.trainers.specforge_inputs", cell.train_config]
+        module = ["-m", "bench.trainers.specforge_cli.inputs", cell.train_config]
         return [sys.executable, *module, "--seq-len", str(cell.seq_len), "--output-dir", str(cache_dir)]
 
     def cache_problem(self, cfg: SweepConfig, cell: Cell, out_dir: Path, cdir: Path) -> str | None:

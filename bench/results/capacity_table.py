@@ -1,5 +1,5 @@
 """capacity.csv: per series and arm, the largest batch size (or sequence length) that trained,
-read back from a capacity search's probes in runs.csv (the search itself: bench/run/capacity.py)."""
+read back from a capacity search's probes in runs.csv (the search itself: bench/run/capacity_search.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""What a sweep config knows about the trainers a cell can name, and about the run configs of
-the real SpecForge CLI (PyPI ``specforge``, ``specforge train -c CONFIG key=value ...``).
+"""How the SpecForge CLI's cells are read (PyPI ``specforge``, ``specforge train -c CONFIG
+key=value ...``): its cell facts, the keys the driver owns, the arms it can express.
 
-A cell's ``trainer`` is ``embedded`` (the run-contract trainer of ``trainer_module``, our own
-``specforge/`` by default) or ``specforge-cli``. A ``specforge-cli`` cell's ``config`` is either
+A ``specforge-cli`` cell's ``config`` is either
 one of our training configs (top-level ``profile`` and ``mode: offline``: the plug prepares
-SpecForge's inputs from it with random weights, bench/trainers/specforge_inputs.py) or the
+SpecForge's inputs from it with random weights, inputs.py) or the
 user's own SpecForge run config (passed through; only the keys below are set per run). Its
 ``set:`` keys are SpecForge's dotted keys. Nothing here imports SpecForge or reads past the files.
 """
@@ -14,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-EMBEDDED = "embedded"
-SPECFORGE_CLI = "specforge-cli"
-TRAINERS = (EMBEDDED, SPECFORGE_CLI)
+from bench.arms import ARMS, LIGER_DEFAULT, Arm
+from bench.config import pick
+
+NAME = "specforge-cli"
 
 # The SpecForge keys the driver sets on every run of a specforge-cli cell (a cell's `set:` may not).
 CLI_DRIVER_KEYS = {
@@ -40,8 +40,15 @@ CLI_PREPARED_KEYS = {
     "model.draft_model_config": "the plug writes the draft config (or give your own SpecForge config)",
     "training.num_epochs": "the plug feeds exactly the samples a run trains on",
 }
-# Arms a specforge-cli cell can run: SpecForge has one Liger switch (model.use_liger_kernel).
-CLI_ARMS = ("baseline", "liger", "aa", "nopoll")
+
+
+def cli_arm(arm: Arm) -> bool:
+    """Whether SpecForge expresses the arm: it has one Liger switch (model.use_liger_kernel), which
+    swaps its RMSNorm and SwiGLU, and no key for compile, attention or the optimizer here."""
+    return not arm.changes and arm.kernels in (frozenset(), LIGER_DEFAULT)
+
+
+CLI_ARMS = tuple(name for name, arm in ARMS.items() if cli_arm(arm))
 ONLINE_OUT_OF_SCOPE = (
     "the SpecForge CLI's online runs need an SGLang server, which the suite does not start; "
     "use an offline config (features precomputed: data.hidden_states_path)"
@@ -87,11 +94,27 @@ def cli_cell_facts(train: dict, cfg_path: Path, overrides: dict) -> dict[str, An
     )
 
 
-def pick(overrides: dict, train: dict, dotted: str) -> Any:
-    """A setting as the run will see it: the cell's override, else the config file's value."""
-    if dotted in overrides:
-        return overrides[dotted]
-    node: Any = train
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
+class SpecForgeReader:
+    module = None  # the user's interpreter runs specforge.cli
+    name = NAME
+
+    def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
+        facts = cli_cell_facts(train, cfg_path, sets)
+        if isinstance(facts, str):
+            return f"{where}.config: {str(cfg_path)!r}: {facts}"
+        if nodes > 1:
+            return f"nodes: trainer {self.name} runs on one node here ({where}); use the embedded trainer"
+        return facts
+
+    def refuse_set(self, key: str, facts: dict) -> str | None:
+        owned = {**CLI_DRIVER_KEYS, **(CLI_PREPARED_KEYS if facts["inputs"] == "prepared" else {})}
+        return f"set by the driver for trainer {self.name}; {owned[key]}" if key in owned else None
+
+    def refuse_arms(self, arms: list[Arm], where: str) -> str | None:
+        unfit = [a.name for a in arms if not cli_arm(a)]
+        if not unfit:
+            return None
+        return (
+            f"arms: {', '.join(unfit)} cannot run on {where} (trainer {self.name}): SpecForge has one Liger "
+            f"switch, model.use_liger_kernel; its arms are {', '.join(CLI_ARMS)}"
+        )

@@ -1,7 +1,7 @@
 """SpecForge's offline inputs, made from one of our training configs with random weights.
 
 For a ``specforge-cli`` cell whose config is ours (a profile, ``mode: offline``) the plug
-prepares, once per cache (``python -m bench.trainers.specforge_inputs``), everything
+prepares, once per cache (``python -m bench.trainers.specforge_cli.inputs``), everything
 SpecForge's offline path loads, and nothing more:
 
 - ``target/``: a Qwen3.5-shaped ``config.json`` (``Qwen3_5ForConditionalGeneration`` with a
@@ -30,9 +30,10 @@ import yaml
 
 import bench.config.yamlio as yamlio
 from bench.fileio import atomic_write_json
+from bench.trainers.specforge_cli.facts import NAME
 
 FORMAT = 1
-PROFILES = Path(__file__).resolve().parents[2] / "configs" / "profiles"
+PROFILES = Path(__file__).resolve().parents[3] / "configs" / "profiles"
 EMBED_KEY = "model.language_model.embed_tokens.weight"
 DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "bf16": "bfloat16"}
 
@@ -181,7 +182,7 @@ def write_inputs(train: dict, seq_len: int, out: Path) -> dict:
     files = sorted(p for p in out.rglob("*") if p.is_file())
     meta = {
         "format": FORMAT,
-        "trainer": "specforge-cli",
+        "trainer": NAME,
         "profile": train["profile"],
         "seq_len": seq_len,
         "num_samples": n,
@@ -198,7 +199,7 @@ def cache_problem(cdir: Path, seq_len: int) -> str | None:
         meta = json.loads((cdir / "meta.json").read_text())
     except (OSError, ValueError) as e:
         return f"meta.json unreadable ({e})"
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("trainer") != "specforge-cli":
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("trainer") != NAME:
         return "meta.json is not a SpecForge input cache of this version"
     if meta.get("seq_len") != seq_len:
         return f"prepared for seq_len {meta.get('seq_len')}, not {seq_len}"
@@ -210,7 +211,7 @@ def cache_problem(cdir: Path, seq_len: int) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.trainers.specforge_inputs", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.trainers.specforge_cli.inputs", description=__doc__)
     ap.add_argument("train_config")
     ap.add_argument("--seq-len", type=int, required=True)
     ap.add_argument("--output-dir", required=True)

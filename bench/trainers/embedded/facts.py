@@ -1,0 +1,38 @@
+"""How our trainer's cells are read: the run contract's profile and mode, and the shapes our
+training config trains (accumulation, anchors, attention), the cell's ``set:`` over the file;
+every arm of bench/arms.py is expressible (embedded/keys.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.arms import Arm
+from bench.config import pick
+from bench.results.columns import DEFAULT_TRAINER
+from bench.trainers.contract.facts import profile_and_mode
+from bench.trainers.embedded.keys import ATTENTION_KEY, DRIVER_KEYS
+
+MODULE = "specforge"  # our trainer's module (python -m specforge, from this checkout)
+
+
+class EmbeddedReader:
+    name = DEFAULT_TRAINER
+    module = MODULE
+
+    def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
+        facts = profile_and_mode(train, cfg_path, where)
+        if isinstance(facts, str):
+            return facts
+        return {
+            **facts,
+            "accumulation_steps": pick(sets, train, "training.accumulation_steps"),
+            "num_anchors": pick(sets, train, "training.num_anchors"),
+            "attention_backend": pick(sets, train, ATTENTION_KEY),
+        }
+
+    def refuse_set(self, key: str, facts: dict) -> str | None:
+        return f"set by the driver; {DRIVER_KEYS[key]}" if key in DRIVER_KEYS else None
+
+    def refuse_arms(self, arms: list[Arm], where: str) -> str | None:
+        return None  # our trainer has a key for every arm's intent
