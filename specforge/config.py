@@ -86,12 +86,14 @@ class Profile:
 
 @dataclass
 class DataConfig:
-    source: Literal["synthetic", "jsonl"] = "synthetic"
+    source: Literal["synthetic", "markov", "jsonl"] = "synthetic"  # markov: a low-entropy chain to learn
     path: str | None = None  # jsonl file (source: jsonl)
     tokenizer: str | None = None  # local tokenizer directory for text records
     seq_len: int = 2048
     seed: int = 0
     num_samples: int = 256  # synthetic dataset size; also the offline cache size
+    markov_states: int = 1024  # source markov: the ids the chain visits (a seeded subset)
+    markov_branching: int = 4  # source markov: successors per id, with probabilities 2^-k (normalised)
     cache_dir: str | None = None  # offline hidden-state cache (python -m specforge prepare)
     num_workers: int = 2
 
@@ -396,6 +398,8 @@ def validate(cfg: TrainConfig) -> None:
         "data.num_samples": (data.num_samples, 0, MAX_SAMPLES, True),
         "data.seed": (data.seed, 0, MAX_SEED, False),
         "data.num_workers": (data.num_workers, 0, MAX_WORKERS, False),
+        "data.markov_states": (data.markov_states, 0, None, True),
+        "data.markov_branching": (data.markov_branching, 0, data.markov_states, True),
         "model.loss_chunk_size": (model.loss_chunk_size, 0, MAX_SEQ, True),
     }
     for key, (v, lo, hi, lo_open) in ranges.items():
@@ -459,7 +463,7 @@ def validate_for(
             raise ConfigError(
                 "data.cache_dir: offline training needs a prepared cache (python -m specforge prepare)"
             )
-        if reads_tokens and data.source == "synthetic" and data.num_samples < tr.batch_size:
+        if reads_tokens and data.source != "jsonl" and data.num_samples < tr.batch_size:
             raise ConfigError(
                 f"training.batch_size: {tr.batch_size} is more than the {data.num_samples} samples of "
                 "data.num_samples (one batch must fit)"

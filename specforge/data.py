@@ -4,7 +4,10 @@ Synthetic samples are deterministic in (seed, index): a prompt (loss_mask 0) the
 response (loss_mask 1) then padding, with lengths drawn per sample. Tokens walk a fixed
 random cycle over the vocabulary with random jumps, so the next tokens are predictable from
 the current one and a draft's loss really falls; that keeps loss curves meaningful without
-any model hub.
+any model hub. ``source: markov`` is data a draft learns within a few hundred steps at any
+vocabulary size (training parity): a fixed seeded chain over ``markov_states`` ids, each id
+followed by one of ``markov_branching`` successors with probabilities ∝ 2^-k, so the loss falls
+from about ln(vocab) towards the chain's entropy (≈1.1 nats a token with 4 successors).
 
 The offline cache (``python -m specforge prepare``) is a directory of safetensors shards,
 one sample per file (input_ids, loss_mask, hidden_states [S, K*H]), the target's frozen
@@ -54,6 +57,37 @@ def synthetic_sample(index: int, seq_len: int, vocab: int, reserved: int, seed: 
     return {"input_ids": ids, "loss_mask": mask}
 
 
+@functools.lru_cache(maxsize=4)
+def _markov_chain(avail: int, states: int, branching: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the ids the chain visits [states], each state's successor states [states, branching])."""
+    gen = torch.Generator().manual_seed(seed * 7919 + 17)
+    ids = torch.randperm(avail, generator=gen)[:states]
+    return ids, torch.randint(0, states, (states, branching), generator=gen)
+
+
+def markov_sample(index: int, seq_len: int, vocab: int, reserved: int, data: DataConfig) -> dict:
+    """input_ids [S] and loss_mask [S] for sample ``index`` of the seeded Markov chain (lengths and
+    the prompt / response split drawn as ``synthetic_sample`` draws them)."""
+    if data.markov_states > vocab - reserved:
+        raise ConfigError(
+            f"data.markov_states: {data.markov_states} is more than the {vocab - reserved} ids of the vocabulary"
+        )
+    base = synthetic_sample(index, seq_len, vocab, reserved, data.seed)  # its lengths and mask
+    length = int(base["loss_mask"].nonzero().max()) + 1 if base["loss_mask"].any() else seq_len
+    ids_of, succ = _markov_chain(vocab - reserved, data.markov_states, data.markov_branching, data.seed)
+    gen = torch.Generator().manual_seed(data.seed * 1_000_003 + index + 1)
+    probs = 2.0 ** -torch.arange(data.markov_branching, dtype=torch.float64)
+    picks = torch.multinomial(probs, length, replacement=True, generator=gen).tolist()
+    state = int(torch.randint(0, data.markov_states, (1,), generator=gen))
+    states = []
+    for k in picks:
+        states.append(state)
+        state = int(succ[state, k])
+    ids = torch.zeros(seq_len, dtype=torch.int64)
+    ids[:length] = ids_of[torch.tensor(states)]
+    return {"input_ids": ids, "loss_mask": base["loss_mask"]}
+
+
 class TokenDataset(Dataset):
     """Token samples: synthetic, or a local JSONL of {"input_ids", "loss_mask"} records or
     {"prompt", "response"} text records tokenised with a local tokenizer."""
@@ -70,6 +104,8 @@ class TokenDataset(Dataset):
     def __getitem__(self, i: int) -> dict:
         if self.records is None:
             # Reserve the top 8 ids (mask token and friends) so they never appear as data.
+            if self.cfg.source == "markov":
+                return markov_sample(i, self.cfg.seq_len, self.vocab, 8, self.cfg)
             return synthetic_sample(i, self.cfg.seq_len, self.vocab, 8, self.cfg.seed)
         return self.records[i]
 

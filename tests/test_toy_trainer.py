@@ -14,7 +14,9 @@ from bench.run.sweep import run_sweep
 
 @pytest.fixture
 def toy_registered(monkeypatch):
-    monkeypatch.setattr(bench.trainers, "TRAINERS", (*bench.trainers.TRAINERS, "tests.toy_trainer"))  # the line
+    monkeypatch.setattr(
+        bench.trainers, "TRAINERS", (*bench.trainers.TRAINERS, "tests.toy_trainer")
+    )  # the line
 
 
 def toy_sweep(tmp_path, arms=("baseline", "aa")):
@@ -44,7 +46,9 @@ def test_a_toy_trainer_registered_in_one_line_runs_a_cpu_sweep(tmp_path, toy_reg
     assert (runs.profile == "linreg").all()
     summary = pd.read_csv(out / "summary.csv").set_index("arm")
     assert summary.loc["aa", "n_ok"] == 3  # the A/A comparison: a Δ with its CI
-    assert summary.loc["aa", "delta_samples_per_s_pct_ci95_low"] <= summary.loc["aa", "delta_samples_per_s_pct"]
+    assert (
+        summary.loc["aa", "delta_samples_per_s_pct_ci95_low"] <= summary.loc["aa", "delta_samples_per_s_pct"]
+    )
 
 
 def test_the_toy_trainer_refuses_arms_it_cannot_express(tmp_path, toy_registered):
@@ -53,5 +57,7 @@ def test_the_toy_trainer_refuses_arms_it_cannot_express(tmp_path, toy_registered
 
 
 def test_an_unregistered_trainer_is_refused(tmp_path):
-    with pytest.raises(SweepError, match="trainer: expected one of embedded, specforge-cli, contract, got 'toy'"):
+    with pytest.raises(
+        SweepError, match="trainer: expected one of embedded, specforge-cli, contract, got 'toy'"
+    ):
         bench.trainers.load_config(toy_sweep(tmp_path))

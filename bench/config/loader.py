@@ -27,7 +27,7 @@ import yaml
 
 import bench.config.typed as typed
 import bench.config.yamlio as yamlio
-from bench.arms import ARMS
+from bench.arms import AA, ARMS
 from bench.config.cellfacts import CellReader, Readers
 from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for
 from bench.config.schema import (
@@ -40,6 +40,7 @@ from bench.config.schema import (
     NAME_MAX,
     CapacityKeys,
     CellKeys,
+    ParityKeys,
     PrecisionKeys,
     SweepKeys,
 )
@@ -91,6 +92,7 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
     _check_contrasts(top.contrasts, top.arms, fail)
     precision = _precision(top.precision, {}, "precision", fail)
     capacity = _capacity(top.capacity, fail)
+    _check_parity(top, fail)
     cells: list[Cell] = []
     resolved_cells: list[dict[str, Any]] = []
     for i, entry in enumerate(top.cells):
@@ -220,6 +222,17 @@ def _precision(top: dict | None, override: dict, where: str, fail: Fail) -> Prec
     if p.max_pairs > MAX_PAIRS:
         raise fail(f"{where}.max_pairs: expected at most {MAX_PAIRS}, got {p.max_pairs}")
     return Precision(float(p.ci_halfwidth_pct), p.min_pairs, p.max_pairs)
+
+
+def _check_parity(top: SweepKeys, fail: Fail) -> None:
+    """A parity section needs the A/A arm (its floor) and steps that reach the table's steps."""
+    if top.parity is None:
+        return
+    p = typed.build(ParityKeys, top.parity, "parity.", fail)
+    if AA not in top.arms:
+        raise fail(f"parity: needs the {AA} arm (the baseline again: the A/A floor); add it to arms")
+    if max(p.at_steps) > top.steps:
+        raise fail(f"parity.at_steps: {max(p.at_steps)} is beyond steps ({top.steps})")
 
 
 def _capacity(raw: dict | None, fail: Fail) -> Capacity | None:

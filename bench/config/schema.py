@@ -68,7 +68,26 @@ class CapacityKeys:
     steps: int = key(4, ge=2, doc="optimizer steps per probe (the first is dropped as warm-up)")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ParityKeys:
+    """Training parity: each arm's divergence from the baseline, window by window, within the A/A
+    floor (the aa arm's divergence); bench/results/training_parity.py says the rule."""
+
+    margin: float = key(2.0, gt=0, doc="a window's RMS |Δ| may reach this many times the A/A floor's")
+    window: int | None = key(None, ge=2, doc="steps per window; null: a tenth of the steps, at least 10")
+    loss_atol: float = key(
+        1e-3, ge=0, doc="|Δ loss| allowed on top of the floor (a deterministic floor is 0)"
+    )
+    accuracy_atol: float = key(5e-3, ge=0, doc="|Δ accuracy| allowed on top of the floor")
+    grad_norm_rtol: float = key(1e-3, ge=0, doc="|Δ grad norm| allowed on top, relative to the baseline's")
+    min_loss_drop_pct: float = key(
+        30.0, ge=0, doc="no verdict unless the baseline's loss falls this much from its first step (%)"
+    )
+    at_steps: Ints = key([50, 100, 200], ge=1, doc="the steps report.md's parity table shows")
+
+
 PrecisionMapping = Annotated[dict[str, Any], SectionMapping(PrecisionKeys)]
+ParityMapping = Annotated[dict[str, Any], SectionMapping(ParityKeys)]
 CapacityMapping = Annotated[dict[str, Any], SectionMapping(CapacityKeys)]
 
 
@@ -148,4 +167,7 @@ class SweepKeys:
         0, ge=0, doc=f"discarded runs per cell and arm before the measured ones (at most {MAX_PRIME_RUNS})"
     )
     capacity: CapacityMapping | None = key(None, doc="an OOM boundary search instead of timed pairs")
+    parity: ParityMapping | None = key(
+        None, doc="training parity against the A/A floor (needs the aa arm; docs/method.md)"
+    )
     cells: Cells = key(doc="the grid: a list of cell entries")

@@ -122,7 +122,8 @@ TRAINERS_COLUMNS = [
 ]  # fmt: skip
 
 # The files `bench report` writes at the top of a sweep directory: always, and only when the
-# sweep has them (contrasts, two trainers of one cell, several world sizes, a capacity search).
+# sweep has them (contrasts, two trainers of one cell, several world sizes, a capacity search, a
+# parity section).
 # README.md's and docs/run-contract.md's layouts name each one (tests/test_docs_match.py).
 REPORT_FILES = [
     "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md", "forest.png",
@@ -130,4 +131,5 @@ REPORT_FILES = [
 ]  # fmt: skip
 OPTIONAL_REPORT_FILES = [
     "contrasts.csv", "trainers.csv", "scaling.csv", "scaling.png", "capacity.csv", "capacity.png",
+    "training_parity.csv", "training_parity.png",
 ]  # fmt: skip

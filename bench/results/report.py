@@ -36,7 +36,8 @@ from bench.results.method import (
     startup_section,
     vram_crosscheck,
 )
-from bench.results.parity import loss_parity_table, with_loss_parity
+from bench.results.parity import in_statistics_records, loss_parity_table, with_loss_parity
+from bench.results.parity_report import parity_section, plot_training_parity
 from bench.results.prsummary import console_summary, pr_summary
 from bench.results.records import RunRecord, load_runs
 from bench.results.sections import (
@@ -61,6 +62,7 @@ from bench.results.tables import (
     summary_table,
     vram_per_card_table,
 )
+from bench.results.training_parity import training_parity_table
 
 __all__ = [
     "CONTRAST_COLUMNS",
@@ -203,12 +205,28 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
         for name in PLOT_FILES:  # an earlier build's pictures would not match these tables
             (sweep_dir / name).unlink(missing_ok=True)
     paths.update(_write_optional(sweep_dir, sweep, tables, draw))
+    paths.update(
+        _write_training_parity(sweep_dir, sweep, in_statistics_records(records, tables["runs"]), tables, draw)
+    )
     main = main_table(tables["summary"], tables["runs"])
     text = render_markdown(sweep, sweep_dir, records, tables, main, drawn=draw)
     atomic_write_text(sweep_dir / "report.md", text)
     paths["report.md"] = sweep_dir / "report.md"
     console = console_summary(tables["summary"], tables["runs"], sweep)
     return {"paths": paths, **tables, "main_table": main, "console_summary": console}
+
+
+def _write_training_parity(
+    sweep_dir: Path, sweep: dict, records: list[RunRecord], tables: dict[str, pd.DataFrame], draw: bool
+) -> dict[str, Path]:
+    """training_parity.csv (and .png) of a parity sweep, from the runs in the statistics."""
+    tables["training_parity"] = training_parity_table(records, sweep)
+    if not len(tables["training_parity"]):
+        return {}
+    paths = {"training_parity.csv": write_csv(tables["training_parity"], sweep_dir / "training_parity.csv")}
+    if draw:
+        paths["training_parity.png"] = plot_training_parity(records, sweep, sweep_dir / "training_parity.png")
+    return paths
 
 
 def render_markdown(
@@ -241,6 +259,8 @@ def render_markdown(
     lines += capacity_section(tables.get("capacity", pd.DataFrame()))
     lines += startup_section(runs, sweep.get("fork_server"))
     lines += loss_parity_section(tables["loss_parity"], records, runs)
+    if "training_parity" in tables:
+        lines += ["", *parity_section(tables["training_parity"], in_statistics_records(records, runs), sweep)]
     lines += ["", *not_ok_section(runs)]
     lines += ["", *plots_section(drawn)]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import bench.trainers.outcome as outcome
-from bench.fileio import atomic_write_json, append_jsonl
+from bench.fileio import append_jsonl, atomic_write_json
 from bench.procs.launcher import log_lines, now
 from bench.trainers.base import Trainer
 

@@ -1,6 +1,6 @@
 """The toy trainer: fits y = w·x by minibatch SGD in pure Python, one ``TOY {json}`` line per step.
 
-    python -m tests.toy_trainer.train --config C --steps N --batch B --seed S
+python -m tests.toy_trainer.train --config C --steps N --batch B --seed S
 """
 
 from __future__ import annotations

@@ -1,0 +1,126 @@
+"""The training-parity section of report.md (the seeds' form: losses at chosen steps, the A/A
+floor beside the arm's divergence, the verdict per metric) and its figure, training_parity.png:
+every arm's loss curve with the band the A/A floor allows around the baseline's, and |Δ loss|
+of each arm against the baseline beside the A/A floor, per step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench import fmt
+from bench.arms import AA, BASELINE
+from bench.results import canvas
+from bench.results.records import RunRecord
+from bench.results.training_parity import (
+    allowed,
+    baseline_mean,
+    divergence,
+    series,
+    settings,
+    window_of,
+    windows,
+)
+
+
+def _loss_at(runs: dict, arm: str, step: int) -> float:
+    vals = [f.loc[step, "loss"] for f in runs.get(arm, {}).values() if step in f.index and "loss" in f]
+    return float(sum(vals) / len(vals)) if vals else float("nan")
+
+
+def parity_section(table: pd.DataFrame, records: list[RunRecord], sweep: dict) -> list[str]:
+    """## Training parity: per cell, the losses at ``at_steps`` (with |Δ| of each arm and of the
+    A/A run from the baseline), then each arm's verdict per metric; [] when not a parity sweep."""
+    p = settings(sweep)
+    if p is None or table.empty:
+        return []
+    lines = ["## Training parity (against the A/A floor)", ""]
+    lines += [
+        f"Each arm trained with the baseline's seed, data order and schedule; `{AA}` is the baseline "
+        f"again. Rule: in every window of steps, the RMS of the arm's |Δ| from the baseline stays within "
+        f"{p['margin']:g} × the A/A run's RMS |Δ| plus {p['loss_atol']:g} (loss), {p['accuracy_atol']:g} "
+        f"(accuracy), {p['grad_norm_rtol']:g} × the baseline's value (gradient norm); docs/method.md.",
+        "",
+    ]
+    for cell_id, runs in series(records).items():
+        rows = table[table["cell_id"] == cell_id]
+        if rows.empty:
+            continue
+        arms = [a for a in canvas.arms_in_order(runs) if a not in (BASELINE, AA)]
+        first = rows.iloc[0]
+        lines += [f"### {cell_id}", ""]
+        lines.append(
+            f"The baseline's loss fell {fmt.f(first['loss_drop_pct'], '.0f')}% "
+            f"({fmt.f(first['loss_first_baseline'], '.4f')} at step 1 → "
+            f"{fmt.f(first['loss_last_baseline'], '.4f')} over the last window)."
+        )
+        lines.append("")
+        header = ["step", "baseline", AA, *arms, f"|Δ| {AA} (floor)", *(f"|Δ| {a}" for a in arms)]
+        body = []
+        for step in p["at_steps"]:
+            base = _loss_at(runs, BASELINE, step)
+            vals = {a: _loss_at(runs, a, step) for a in (AA, *arms)}
+            body.append(
+                [str(step), fmt.f(base, ".4f"), *(fmt.f(vals[a], ".4f") for a in (AA, *arms))]
+                + [fmt.f(abs(vals[a] - base), ".2e") for a in (AA, *arms)]
+            )
+        lines += fmt.table(header, body) + [""]
+        verdicts = [["arm", "metric", "worst window", "RMS |Δ| arm", "allowed", "A/A floor RMS", "verdict"]]
+        for r in rows.itertuples():
+            verdicts.append(
+                [
+                    str(r.arm),
+                    str(r.metric),
+                    fmt.md(r.worst_window) if isinstance(r.worst_window, str) else fmt.DASH,
+                    fmt.f(r.worst_rms_arm, ".2e"),
+                    fmt.f(r.worst_allowed, ".2e"),
+                    fmt.f(r.worst_rms_floor, ".2e"),
+                    fmt.md(r.verdict),
+                ]
+            )
+        lines += fmt.table(verdicts[0], verdicts[1:]) + [""]
+    lines += ["Plot: training_parity.png; data: training_parity.csv.", ""]
+    return lines
+
+
+def plot_training_parity(records: list[RunRecord], sweep: dict, path: Path) -> Path:
+    """Per cell, two panels: loss curves with the A/A band, and |Δ loss| per step against the floor."""
+    p = settings(sweep) or {}
+    cells = series(records)
+    fig, axes = canvas.grid(
+        2 * max(1, len(cells)), "Training parity: each arm against the A/A floor", ncols=2
+    )
+    for i, (cell_id, runs) in enumerate(cells.items()):
+        curves, deltas = axes[2 * i], axes[2 * i + 1]
+        arms = canvas.arms_in_order(runs)
+        base = baseline_mean(runs, "loss").dropna()
+        floor = divergence(runs, AA, "loss")
+        steps = sorted(set(base.index) & set(floor.index))
+        width = window_of(len(base), p.get("window"))
+        band = pd.Series(index=steps, dtype=float)
+        for chunk in windows(steps, width) if steps else []:
+            band.loc[chunk] = allowed(floor.loc[chunk], base.loc[chunk], "loss", p) if p else 0.0
+        if steps:
+            curves.fill_between(
+                steps, base.loc[steps] - band, base.loc[steps] + band, color="0.8", label="A/A band"
+            )
+            deltas.step(steps, band.to_numpy(), where="mid", color="0.4", ls="--", label="allowed")
+            deltas.plot(steps, floor.loc[steps].clip(lower=1e-12), color="0.6", lw=1, label=f"{AA} (floor)")
+        for arm in arms:
+            loss = pd.concat([f["loss"] for f in runs[arm].values()], axis=1).mean(axis=1)
+            curves.plot(loss.index, loss.to_numpy(), color=canvas.color(arm, arms), lw=1, label=arm)
+            if arm not in (BASELINE, AA):
+                d = divergence(runs, arm, "loss")
+                deltas.plot(
+                    d.index, d.clip(lower=1e-12).to_numpy(), color=canvas.color(arm, arms), lw=1, label=arm
+                )
+        curves.set_title(canvas.wrap(cell_id, 60), fontsize=9)
+        curves.set_xlabel("step")
+        curves.set_ylabel("loss")
+        curves.legend(fontsize=7)
+        deltas.set_yscale("log")
+        deltas.set_title("|Δ loss| vs baseline", fontsize=9)
+        deltas.set_xlabel("step")
+        deltas.legend(fontsize=7)
+    return canvas.save(fig, path)

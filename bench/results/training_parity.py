@@ -1,0 +1,177 @@
+"""Training parity: whether an arm trains like the baseline, judged against the A/A floor.
+
+A parity sweep (the sweep key ``parity:``, docs/method.md) trains every arm for hundreds of
+steps on data the draft can learn, with one seed, one data order and one schedule, and runs the
+``aa`` arm: the baseline again. On a GPU two baseline runs drift apart by themselves (reductions
+are not deterministic and training amplifies every difference); that A/A divergence is the
+floor an arm's divergence from the baseline is held to. Per metric (loss, accuracy, gradient
+norm), per cell and arm:
+
+- the divergence at step t is |x_arm(t) − x_baseline(t)| of the same round (pair); the floor's
+  is |x_aa(t) − x_baseline(t)|; over several rounds, the largest of each at every step;
+- the steps are cut into windows (``window`` steps, default a tenth of the steps and at least
+  10); in each window the RMS of the arm's divergence must stay within ``margin`` times the
+  floor's RMS plus a small absolute term (``loss_atol``, ``accuracy_atol``; for the gradient norm
+  ``grad_norm_rtol`` times the baseline's mean in the window), which stands for the floor of a
+  deterministic machine (exactly 0);
+- the arm is *equivalent* when every window is within; else *not equivalent*, naming the worst
+  window. No verdict without an A/A run, or when the baseline's loss did not fall by
+  ``min_loss_drop_pct`` (nothing was learned, so nothing was compared).
+
+The windowed RMS estimates how far two trajectories are apart at that point of training (one
+step's |Δ| is noise: an A/A step can agree by chance); comparing window by window follows the
+divergence as it grows. The margin of 2 allows for the floor being measured from one A/A pair:
+an arm that only reorders floating-point sums has the A/A pair's distribution of divergence,
+and the ratio of two such windowed RMS values rarely exceeds 2.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import bench.config.typed as typed
+from bench.arms import AA, BASELINE
+from bench.config.schema import ParityKeys
+from bench.results.records import RunRecord
+
+METRICS = ("loss", "accuracy", "grad_norm")
+TRAINING_PARITY_COLUMNS = [
+    "cell_id", "trainer", "profile", "mode", "arm", "metric", "rounds", "steps_compared", "window_steps",
+    "windows", "windows_within", "worst_window", "worst_rms_arm", "worst_rms_floor", "worst_allowed",
+    "max_abs_delta", "max_abs_delta_floor", "last_abs_delta", "last_abs_delta_floor",
+    "loss_first_baseline", "loss_last_baseline", "loss_drop_pct", "margin", "tolerance", "verdict",
+]  # fmt: skip
+
+
+def settings(sweep: dict) -> dict[str, Any] | None:
+    """The sweep's parity section with its defaults filled in, or None (not a parity sweep)."""
+    raw = (sweep.get("config") or {}).get("parity")
+    if not isinstance(raw, dict):
+        return None
+    return {**typed.defaults(ParityKeys), **raw}
+
+
+def window_of(steps: int, given: int | None) -> int:
+    return int(given) if given else max(10, steps // 10)
+
+
+def series(records: list[RunRecord]) -> dict[str, dict[str, dict[int, pd.DataFrame]]]:
+    """cell -> arm -> round -> the run's per-step metrics (step, loss, accuracy, grad_norm)."""
+    out: dict[str, dict[str, dict[int, pd.DataFrame]]] = {}
+    for r in records:
+        m = r.metrics
+        if m.empty or r.repeat is None:
+            continue
+        cols = ["step", *(c for c in METRICS if c in m.columns)]
+        frame = m[cols].drop_duplicates("step").set_index("step").sort_index()
+        out.setdefault(str(r.cell_id), {}).setdefault(str(r.arm), {})[int(r.repeat)] = frame
+    return out
+
+
+def divergence(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str) -> pd.Series:
+    """Per step, the largest |x_arm − x_baseline| over the rounds that ran both (NaN-free steps)."""
+    parts = []
+    for rnd, base in runs.get(BASELINE, {}).items():
+        other = runs.get(arm, {}).get(rnd)
+        if other is None or metric not in base or metric not in other:
+            continue
+        parts.append((other[metric] - base[metric]).abs().dropna())
+    if not parts:
+        return pd.Series(dtype=float)
+    return pd.concat(parts, axis=1).max(axis=1, skipna=False).dropna()
+
+
+def baseline_mean(runs: dict[str, dict[int, pd.DataFrame]], metric: str) -> pd.Series:
+    frames = [f[metric] for f in runs.get(BASELINE, {}).values() if metric in f]
+    return pd.concat(frames, axis=1).mean(axis=1) if frames else pd.Series(dtype=float)
+
+
+def windows(steps: list[int], width: int) -> list[list[int]]:
+    """Consecutive windows of ``width`` steps; a last window shorter than half joins the one before."""
+    chunks = [steps[i : i + width] for i in range(0, len(steps), width)]
+    if len(chunks) > 1 and len(chunks[-1]) < width / 2:
+        chunks[-2] += chunks.pop()
+    return chunks
+
+
+def rms(values: pd.Series) -> float:
+    return float(np.sqrt(np.mean(np.square(values.to_numpy(dtype=float))))) if len(values) else math.nan
+
+
+def allowed(floor: pd.Series, base: pd.Series, metric: str, p: dict) -> float:
+    """What a window's RMS divergence may reach: margin x the floor's RMS, plus the absolute term."""
+    extra = p["grad_norm_rtol"] * float(base.abs().mean()) if metric == "grad_norm" else p[f"{metric}_atol"]
+    return p["margin"] * rms(floor) + extra
+
+
+def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: dict, steps: int) -> dict:
+    """One row of training_parity.csv (without the cell's identity)."""
+    d, floor, base = divergence(runs, arm, metric), divergence(runs, AA, metric), baseline_mean(runs, metric)
+    common = sorted(set(d.index) & set(floor.index) & set(base.index))
+    row: dict[str, Any] = {"arm": arm, "metric": metric, "steps_compared": len(common), "margin": p["margin"]}
+    row["tolerance"] = p["grad_norm_rtol"] if metric == "grad_norm" else p[f"{metric}_atol"]
+    row["rounds"] = len(set(runs.get(arm, {})) & set(runs.get(BASELINE, {})))
+    if d.empty:
+        return {**row, "verdict": "no verdict: no run of the arm paired with a baseline run"}
+    row.update(max_abs_delta=float(d.max()), last_abs_delta=float(d.iloc[-1]))
+    if floor.empty:
+        return {**row, "verdict": f"no verdict: no A/A run ({AA}) to measure the floor"}
+    row.update(max_abs_delta_floor=float(floor.max()), last_abs_delta_floor=float(floor.iloc[-1]))
+    width = window_of(steps, p.get("window"))
+    chunks = windows(common, width)
+    scored = []
+    for chunk in chunks:
+        limit = allowed(floor.loc[chunk], base.loc[chunk], metric, p)
+        scored.append((rms(d.loc[chunk]) / limit if limit > 0 else math.inf, chunk, limit))
+    ratio, worst, limit = max(scored, key=lambda s: s[0])
+    row.update(window_steps=width, windows=len(chunks), windows_within=sum(s[0] <= 1 for s in scored))
+    row.update(worst_window=f"{int(worst[0])}-{int(worst[-1])}", worst_allowed=limit)
+    row.update(worst_rms_arm=rms(d.loc[worst]), worst_rms_floor=rms(floor.loc[worst]))
+    if ratio <= 1:
+        row["verdict"] = "equivalent"
+    else:
+        row["verdict"] = (
+            f"not equivalent: steps {row['worst_window']}, RMS |Δ| {row['worst_rms_arm']:.3g} > "
+            f"{limit:.3g} allowed (A/A floor RMS {row['worst_rms_floor']:.3g})"
+        )
+    return row
+
+
+def learned(runs: dict[str, dict[int, pd.DataFrame]], p: dict, steps: int) -> dict[str, Any]:
+    """The baseline's loss at its first step, over its last window, and the fall in %."""
+    loss = baseline_mean(runs, "loss").dropna()
+    if loss.empty:
+        return {}
+    first, last = float(loss.iloc[0]), float(loss.iloc[-window_of(steps, p.get("window")) :].mean())
+    drop = 100.0 * (first - last) / first if first else math.nan
+    return {"loss_first_baseline": first, "loss_last_baseline": last, "loss_drop_pct": drop}
+
+
+def training_parity_table(records: list[RunRecord], sweep: dict) -> pd.DataFrame:
+    """training_parity.csv: per cell, arm (not the baseline, not the A/A arm) and metric, the
+    verdict against the A/A floor; empty when the sweep is not a parity sweep."""
+    p = settings(sweep)
+    if p is None:
+        return pd.DataFrame(columns=TRAINING_PARITY_COLUMNS)
+    cells = {str(r.cell_id): r for r in records if r.cell}
+    rows = []
+    for cell_id, runs in series(records).items():
+        rec = cells.get(cell_id)
+        ident = {"cell_id": cell_id, **{k: (rec.cell.get(k) if rec else None) for k in ("profile", "mode")}}
+        ident["trainer"] = rec.trainer if rec else None
+        steps = int(rec.cell.get("steps") or 0) if rec else 0
+        fell = learned(runs, p, steps)
+        for arm in (a for a in runs if a not in (BASELINE, AA)):
+            for metric in METRICS:
+                row = {**ident, **fell, **judge(runs, arm, metric, p, steps)}
+                if fell and fell["loss_drop_pct"] < p["min_loss_drop_pct"] and row["verdict"] == "equivalent":
+                    row["verdict"] = (
+                        f"no verdict: the baseline's loss fell {fell['loss_drop_pct']:.0f}%, under the "
+                        f"{p['min_loss_drop_pct']:g}% a learning run shows"
+                    )
+                rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=TRAINING_PARITY_COLUMNS)
