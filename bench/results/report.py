@@ -29,6 +29,7 @@ from bench.results.columns import (
 )
 from bench.results.crosstrainer import trainers_section, trainers_table
 from bench.results.forest import plot_forest, sweep_forest_rows
+from bench.results.manifest import write_manifest
 from bench.results.method import (
     machine_state_line,
     method_section,
@@ -203,6 +204,7 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
         for name in PLOT_FILES:  # an earlier build's pictures would not match these tables
             (sweep_dir / name).unlink(missing_ok=True)
     paths.update(_write_optional(sweep_dir, sweep, tables, draw))
+    paths["manifest.json"] = write_manifest(sweep_dir, [p for n, p in paths.items() if n.endswith(".csv")])
     main = main_table(tables["summary"], tables["runs"])
     text = render_markdown(sweep, sweep_dir, records, tables, main, drawn=draw)
     atomic_write_text(sweep_dir / "report.md", text)

@@ -98,6 +98,7 @@ def summary_table(
         row = {
             "cell_id": cell_id,
             **{c: _first(prov[c]) for c in CELL_COLUMNS},
+            "workload_digest": _first(prov["workload_digest"]),
             "arm": arm,
             "n_runs": len(g),
             "n_ok": len(ok),
@@ -112,6 +113,7 @@ def summary_table(
             "s_per_step_ci95_high": sps_step[3],
             "peak_vram_gib": ok["peak_vram_gib"].mean(),
             "peak_vram_gib_max": ok["peak_vram_gib"].max(),
+            "peak_vram_delta_gib": ok["peak_vram_delta_gib"].mean(),
             "torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean(),
             "torch_peak_reserved_gib": ok["torch_peak_reserved_gib"].mean(),
             "mfu_mean": ok["mfu"].mean(),
