@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench import fmt
 from bench.arms import BASELINE
 from bench.results import stats
 from bench.results.allocations import split_pair_notes, with_split_pairs
@@ -67,6 +68,14 @@ def mean_ci(values: pd.Series) -> tuple[float, float, float, float]:
 def _first(s: pd.Series) -> Any:
     s = s.dropna()
     return s.iloc[0] if len(s) else None
+
+
+def distinct_values(s: pd.Series) -> list[str]:
+    """The distinct non-null values in order of appearance, whole numbers as integers ("1", not
+    "1.0"), and one build of a package once: "2.11.0" is dropped beside "2.11.0+cu130"."""
+    vals = [fmt.integer(v) if isinstance(v, float) and float(v).is_integer() else str(v) for v in s.dropna()]
+    vals = list(dict.fromkeys(v for v in vals if v.strip()))
+    return [v for v in vals if not any(o != v and o.startswith(v + "+") for o in vals)]
 
 
 def join_unique(s: pd.Series) -> str | None:
