@@ -270,7 +270,9 @@ DAMAGED_BESIDE = {
 
 
 @pytest.mark.parametrize("damage", [*DAMAGED_BESIDE, "another sweep's"])
-def test_a_damaged_or_foreign_runs_csv_beside_a_summary_is_refused_naming_both_files(tmp_path, capsys, damage):
+def test_a_damaged_or_foreign_runs_csv_beside_a_summary_is_refused_naming_both_files(
+    tmp_path, capsys, damage
+):
     """Per-run data decides: a summary whose runs.csv beside it is damaged, or is another sweep's
     (here one run short, as when the two files are fetched from two commits), is refused in one
     line naming both files (issue 27: it used to be ignored, or compared with the wrong runs)."""
@@ -296,7 +298,9 @@ def test_a_damaged_or_foreign_runs_csv_beside_a_summary_is_refused_naming_both_f
         pd.read_csv(runs).iloc[:-1].to_csv(beside, index=False)
     assert main(["compare", str(good), str(other / "summary.csv"), "--fail-if-slower", "5"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and str(beside) in err and str(other / "summary.csv") in err, err
+    assert out == "" and err.count("\n") == 1 and str(beside) in err and str(other / "summary.csv") in err, (
+        err
+    )
     if damage in DAMAGED_BESIDE:
         assert err.startswith(f"error: {beside}: {DAMAGED_BESIDE[damage]}")
     else:

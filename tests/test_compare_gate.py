@@ -109,7 +109,9 @@ def test_without_per_run_values_the_gate_cannot_decide(tmp_path, capsys):
     assert [line.split()[:2] for line in lines[1:]] == [["not", "decided"]] * 2
     assert "point estimate only: no per-run data for B (a summary.csv without its runs.csv)" in lines[1]
     assert (
-        err.startswith("error: gate: --fail-if-slower 5: cannot decide any row (2 not decided, e.g. m4b offline")
+        err.startswith(
+            "error: gate: --fail-if-slower 5: cannot decide any row (2 not decided, e.g. m4b offline"
+        )
         and err.count("\n") == 1
     )
 
