@@ -29,13 +29,12 @@ from bench.results.columns import (
     CELL_COLUMNS,
     DEFAULT_TRAINER,
     METRIC_FIELDS,
-    OUTLIER_RATIO,
     STATE_FIELDS,
     VRAM_PER_CARD_COLUMNS,
 )
 from bench.results.energy import run_energy
 from bench.results.identity import odd_ones_out, plan_problem, workload_digest
-from bench.results.steps import numbered_rows, step_problem
+from bench.results.steps import numbered_rows, outlier_warning, retries_warning, step_problem
 
 NAN = float("nan")
 _REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")
@@ -454,7 +453,11 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
     if rec.status == "ok" and not m.empty:
         row["loss_last"], row["accuracy_last"] = m["loss"].iloc[-1], m["accuracy"].iloc[-1]
     counted = note is None  # the allocator and outlier warnings are about runs in the statistics
-    warnings = [w for w in (_foreign(rec.vram), *((_retries(m), _outlier(steady)) if counted else ())) if w]
+    warnings = [
+        w
+        for w in (_foreign(rec.vram), *((retries_warning(m), outlier_warning(steady)) if counted else ()))
+        if w
+    ]
     row["note"] = "; ".join([note, *warnings] if note else warnings) or None
     return row
 
@@ -473,30 +476,3 @@ def _foreign(vram: dict | None) -> str | None:
     )
     more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
     return f"another process held memory on the cards: {seen}{more}; its numbers may be disturbed"
-
-
-def _retries(m: pd.DataFrame) -> str | None:
-    """The caching allocator had to free its cache and retry (slow steps; an OOM is near)."""
-    retries = m["alloc_retries"].max() if len(m) else NAN
-    if not retries or math.isnan(retries):
-        return None
-    return (
-        f"the allocator retried {int(retries)} allocation(s) after freeing its cache (slower steps, near OOM)"
-    )
-
-
-def _outlier(steady: pd.DataFrame) -> str | None:
-    """The steady step furthest over OUTLIER_RATIO x the run's median step time, if any."""
-    t = steady["step_time_s"].dropna()
-    if len(t) < 3:
-        return None
-    median = t.median()
-    worst = t.idxmax()
-    if not median > 0 or t[worst] <= OUTLIER_RATIO * median:
-        return None
-    step = int(steady.loc[worst, "step"])
-    return (
-        f"unstable: step {step} took {t[worst]:.3g} s, {t[worst] / median:.1f}x the run's median "
-        f"{median:.3g} s: a disturbed machine or a warm-up not over (its clocks are in this row; "
-        "raise warmup_steps if it is always an early step)"
-    )

@@ -3,7 +3,8 @@ every value a throughput is computed from null or a finite number >= 0 (a step t
 samples of a step what the cell fixes (batch × accumulation × GPUs × nodes); steady step times
 within PLAUSIBLE_RATIO of the run's median; step numbers unique, contiguous from 1 and within the
 planned steps. ``step_problem`` names the first line that breaks one, with its value; the run
-then stays out of the statistics (records.run_row's note)."""
+then stays out of the statistics (records.run_row's note). And the warnings about a counted run's
+steps: allocator retries, an outlier step."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import math
 import statistics
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
+
+from bench.results.columns import OUTLIER_RATIO
 
 # metrics.jsonl's fields a throughput is computed from: each null or a finite number >= 0.
 THROUGHPUT_FIELDS = ("step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s")
@@ -130,3 +135,30 @@ def step_problem(rows: list[tuple[int, dict]], cell: dict) -> str | None:
         if check:
             return f"metrics.jsonl {check}"
     return None
+
+
+def retries_warning(m: pd.DataFrame) -> str | None:
+    """The caching allocator had to free its cache and retry (slow steps; an OOM is near)."""
+    retries = m["alloc_retries"].max() if len(m) else float("nan")
+    if not retries or math.isnan(retries):
+        return None
+    return (
+        f"the allocator retried {int(retries)} allocation(s) after freeing its cache (slower steps, near OOM)"
+    )
+
+
+def outlier_warning(steady: pd.DataFrame) -> str | None:
+    """The steady step furthest over OUTLIER_RATIO x the run's median step time, if any."""
+    t = steady["step_time_s"].dropna()
+    if len(t) < 3:
+        return None
+    median = t.median()
+    worst = t.idxmax()
+    if not median > 0 or t[worst] <= OUTLIER_RATIO * median:
+        return None
+    step = int(steady.loc[worst, "step"])
+    return (
+        f"unstable: step {step} took {t[worst]:.3g} s, {t[worst] / median:.1f}x the run's median "
+        f"{median:.3g} s: a disturbed machine or a warm-up not over (its clocks are in this row; "
+        "raise warmup_steps if it is always an early step)"
+    )
