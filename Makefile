@@ -102,28 +102,31 @@ format: install
 # Pick the sweep config from the detected hardware (A100, H100/H200, MI300X/MI355X, none -> CPU);
 # when none fits, `bench detect` says why and exits 2, and so does make.
 bench: $(INSTALL)
-	config=$$($(RUN_ENV)$(PYTHON) -m bench detect) && $(SWEEP) $$config $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
+	config=$$($(RUN_ENV)$(PYTHON) -m bench detect) && $(SWEEP) $$config $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 bench-cpu: $(INSTALL)
-	$(SWEEP) configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
+	$(SWEEP) configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 # The named GPU targets install for their vendor's stack, whatever this machine's detection says.
 bench-a100:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
-	$(SWEEP) configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
+	$(SWEEP) configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 bench-h200:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
-	$(SWEEP) configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
+	$(SWEEP) configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 bench-mi355x:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=rocm)
-	$(SWEEP) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out '$(OUT)')
+	$(SWEEP) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 # make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir] [FAIL_IF_SLOWER=5]
+export A B OUT FAIL_IF_SLOWER FAIL_IF_GAIN_DROPS FORMAT
+# The user's values reach the shell as environment variables, quoted there ("$$OUT"): a quote in
+# OUT or FAIL_IF_SLOWER is part of the value, never shell syntax.
 compare: $(INSTALL)
-	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=path/to/summary.csv B=path/to/summary.csv [OUT=dir] [FAIL_IF_SLOWER=PCT]" >&2; exit 2; }
-	$(PYTHON) -m bench compare '$(A)' '$(B)' $(if $(OUT),--out '$(OUT)') $(if $(FAIL_IF_SLOWER),--fail-if-slower '$(FAIL_IF_SLOWER)')
+	@test -n "$$A" -a -n "$$B" || { echo "usage: make compare A=path/to/summary.csv B=path/to/summary.csv [OUT=dir] [FAIL_IF_SLOWER=PCT] [FAIL_IF_GAIN_DROPS=POINTS] [FORMAT=md|json]" >&2; exit 2; }
+	$(PYTHON) -m bench compare "$$A" "$$B" $(if $(OUT),--out "$$OUT") $(if $(FAIL_IF_SLOWER),--fail-if-slower "$$FAIL_IF_SLOWER") $(if $(FAIL_IF_GAIN_DROPS),--fail-if-gain-drops "$$FAIL_IF_GAIN_DROPS") $(if $(FORMAT),--format "$$FORMAT")
 
 clean-venv:
 	rm -rf $(VENV) $(SPECFORGE_VENV)

@@ -30,7 +30,8 @@ RETRY_HELP = (
 
 
 def add_compare_parser(sub) -> None:
-    """`bench compare A B [--out DIR] [--fail-if-slower PCT [--fail-if-inconclusive]]`."""
+    """`bench compare A B [--out DIR] [--format text|md|json] [--fail-if-slower PCT]
+    [--fail-if-gain-drops POINTS] [--fail-if-inconclusive]`."""
     p = sub.add_parser("compare", help="compare two summary CSVs (two machines, two commits)")
     p.add_argument("a", help="first CSV (the reference, for the gate)")
     p.add_argument("b", help="second CSV (the one held to A)")
@@ -42,9 +43,21 @@ def add_compare_parser(sub) -> None:
         "95%% CI below -PCT%% (needs the per-run values: runs.csv beside each summary.csv, or given)",
     )
     p.add_argument(
+        "--fail-if-gain-drops",
+        metavar="POINTS",
+        help="gain gate: exit 3 when an arm's gain over its baseline (its paired Δ samples/s) is lower in B "
+        "than in A by more than POINTS percentage points with the whole 95%% CI of the difference below -POINTS",
+    )
+    p.add_argument(
         "--fail-if-inconclusive",
         action="store_true",
-        help="with --fail-if-slower: also exit 3 when a row's CI straddles -PCT%% or a row cannot be decided",
+        help="with a gate: also exit 3 when a row's CI straddles the threshold or a row cannot be decided",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "md", "json"),
+        default="text",
+        help="what is printed: the console table (text), a Markdown PR comment (md) or JSON",
     )
 
 
@@ -211,7 +224,10 @@ def _main(argv: list[str] | None) -> int:
             from bench.results.compare import run_compare
 
             try:
-                return run_compare(args.a, args.b, args.out, args.fail_if_slower, args.fail_if_inconclusive)
+                return run_compare(
+                    args.a, args.b, args.out, args.fail_if_slower, args.fail_if_inconclusive,
+                    args.fail_if_gain_drops, args.format,
+                )  # fmt: skip
             except ValueError as e:
                 raise SweepError(str(e)) from None
         if args.command == "kernels":

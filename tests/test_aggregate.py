@@ -52,7 +52,8 @@ def write_run(
     d = sweep / "runs" / run_id
     d.mkdir(parents=True)
     cell = {
-        "run_id": run_id, "cell_id": cell_id, "profile": "p", "mode": "offline", "batch_size": 2,
+        "run_id": run_id, "cell_id": cell_id, "profile": "p", "mode": "offline",
+        "batch_size": int(samples[0]) if samples else 2,  # samples per step: batch x 1 accumulation x 1 GPU
         "seq_len": 64, "accumulation_steps": 1, "num_anchors": 8, "gpus": 1, "nodes": 1, "arm": arm,
         "repeat": repeat, "order_index": 2 * repeat + (arm != "baseline"), "steps": len(times or []),
         "warmup_steps": warmup, "loss_tolerance": tolerance,
@@ -513,7 +514,7 @@ def test_a_foreign_process_on_the_cards_flags_the_run_and_keeps_it_counted(tmp_p
 
 
 def test_allocator_retries_are_said():
-    from bench.results.records import _retries
+    from bench.results.steps import retries_warning as _retries
 
     assert _retries(pd.DataFrame({"alloc_retries": [0.0, 0.0, 3.0]})) == (
         "the allocator retried 3 allocation(s) after freeing its cache (slower steps, near OOM)"

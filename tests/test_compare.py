@@ -49,7 +49,7 @@ def test_compare_ratios_and_one_sided_rows(pair, tmp_path, capsys):
     assert both.loc["baseline", "samples_per_s_ratio_b_over_a"] == pytest.approx(2.0)
     assert both.loc["liger", "samples_per_s_ratio_b_over_a"] == pytest.approx(2.5)
     assert both.loc["liger", "samples_per_s_delta_pct"] == pytest.approx(150.0)
-    assert both.loc["baseline", "peak_vram_delta_gib"] == pytest.approx(1.0)
+    assert both.loc["baseline", "peak_vram_b_minus_a_gib"] == pytest.approx(1.0)
     assert both.loc["liger", ["delta_samples_per_s_pct_a", "delta_samples_per_s_pct_b"]].tolist() == [
         20.0,
         50.0,
@@ -59,9 +59,10 @@ def test_compare_ratios_and_one_sided_rows(pair, tmp_path, capsys):
     assert df.set_index("profile").loc["m8b", "present"] == "B only"
     out = capsys.readouterr().out
     assert "NVIDIA A100" in out and "aaa111" in out and "NVIDIA H200" in out and "bbb222" in out
-    assert "Only in A:\n  m1b offline bs4 seq2048 gpus1 baseline" in out
-    assert "Only in B:\n  m8b offline bs1 seq2048 gpus1 baseline" in out
-    assert "+150.0" in out and "2.500" in out
+    assert "Only in A:\n  m1b offline bs4 seq2048 gpus1 arm baseline" in out
+    assert "Only in B:\n  m8b offline bs1 seq2048 gpus1 arm baseline" in out
+    assert "+150.0% point estimate" in out  # summaries alone: labelled, with no CI
+    assert "A: point estimates (a summary.csv without its runs.csv) — no CI and no gate verdict" in out
     assert list(pd.read_csv(tmp_path / "out" / "compare.csv").columns) == COMPARE_COLUMNS
     assert (tmp_path / "out" / "compare.png").read_bytes().startswith(b"\x89PNG")
 
@@ -259,10 +260,24 @@ def test_out_naming_a_file_is_refused_before_anything_is_read(tmp_path, capsys):
     )
 
 
-@pytest.mark.parametrize(
-    "damage", ["binary", "empty", "a directory", "no samples/s column", "text samples/s", "another sweep's"]
-)
-def test_a_damaged_runs_csv_beside_a_summary_is_ignored_with_a_warning(tmp_path, capsys, damage):
+DAMAGED_BESIDE = {
+    "binary": "a binary file, not a CSV",
+    "empty": "not a readable CSV",
+    "a directory": "is a directory",
+    "no samples/s column": "not a usable runs.csv; missing columns: samples_per_s",
+    "text samples/s": "line 2: samples_per_s 'oops' is not a finite number",
+}
+
+
+@pytest.mark.parametrize("damage", [*DAMAGED_BESIDE, "another sweep's"])
+def test_a_damaged_or_foreign_runs_csv_beside_a_summary_is_refused_naming_both_files(
+    tmp_path, capsys, damage
+):
+    """Per-run data decides: a summary whose runs.csv beside it is damaged, or is another sweep's
+    (here one run short, as when the two files are fetched from two commits), is refused in one
+    line naming both files (issue 27: it used to be ignored, or compared with the wrong runs)."""
+    from bench.__main__ import main
+
     good = _summary_of(tmp_path)
     runs = good.parent / "runs.csv"
     other = tmp_path / "other"
@@ -281,17 +296,15 @@ def test_a_damaged_runs_csv_beside_a_summary_is_ignored_with_a_warning(tmp_path,
         _edited(runs, beside, 0, "samples_per_s", "oops")
     else:  # a runs.csv of other runs: its ok runs are not the ones the summary counts
         pd.read_csv(runs).iloc[:-1].to_csv(beside, index=False)
-    df = compare(good, other / "summary.csv")
-    err = capsys.readouterr().err
-    assert err.startswith(f"warning: {beside}: ") and err.count("\n") == 1, err
-    assert err.endswith(f"; ignored: no per-run values for {other / 'summary.csv'}, so its rows get no CI\n")
-    assert df["samples_per_s_ratio_b_over_a"].tolist() == pytest.approx(
-        [1.0, 1.0]
-    )  # the summary still compares
-    assert df["samples_per_s_delta_pct_ci95_low"].isna().all() and df["n_runs_b"].isna().all()
-    assert (df["verdict"] == "n/a (no per-run values: give runs.csv files)").all()
-    # the sound runs.csv beside A is still used: A's side has its runs
-    assert df["n_runs_a"].tolist() == [4, 4]
+    assert main(["compare", str(good), str(other / "summary.csv"), "--fail-if-slower", "5"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and str(beside) in err and str(other / "summary.csv") in err, (
+        err
+    )
+    if damage in DAMAGED_BESIDE:
+        assert err.startswith(f"error: {beside}: {DAMAGED_BESIDE[damage]}")
+    else:
+        assert err.startswith(f"error: {other / 'summary.csv'}: line 3: n_runs 4, where {beside} gives 3: ")
 
 
 def test_blank_measurements_are_what_an_arm_without_ok_runs_has_not_an_error(tmp_path):

@@ -107,9 +107,11 @@ def test_without_per_run_values_the_gate_cannot_decide(tmp_path, capsys):
     rc, lines, err = gate(capsys, a, b, "--fail-if-slower", "5")
     assert rc == 2  # not a pass: the inputs cannot answer (even though B's means are half of A's)
     assert [line.split()[:2] for line in lines[1:]] == [["not", "decided"]] * 2
-    assert "no per-run values for B (no usable runs.csv beside its summary.csv): no CI" in lines[1]
+    assert "point estimate only: no per-run data for B (a summary.csv without its runs.csv)" in lines[1]
     assert (
-        err.startswith("error: gate: cannot decide any row (2 not decided, e.g. m4b offline")
+        err.startswith(
+            "error: gate: --fail-if-slower 5: cannot decide any row (2 not decided, e.g. m4b offline"
+        )
         and err.count("\n") == 1
     )
 
@@ -155,7 +157,9 @@ def test_a_bad_threshold_is_one_line(tmp_path, capsys, value):
 def test_fail_if_inconclusive_needs_a_threshold(tmp_path, capsys):
     a = sweep(tmp_path / "a", REF)
     rc, _, err = gate(capsys, a, a, "--fail-if-inconclusive")
-    assert rc == 2 and err == "error: --fail-if-inconclusive: needs --fail-if-slower PCT\n"
+    assert rc == 2 and err == (
+        "error: --fail-if-inconclusive: needs --fail-if-slower PCT or --fail-if-gain-drops POINTS\n"
+    )
 
 
 def test_the_exit_status_reaches_the_shell(tmp_path):

@@ -58,8 +58,8 @@ def write_run(sweep: Path, arm: str, repeat: int, rows: list[dict], vram_doc: di
     run_id = f"{CELL}_{arm}_r{repeat}"
     d = sweep / "runs" / run_id
     d.mkdir(parents=True)
-    cell = {"run_id": run_id, "cell_id": CELL, "profile": "p", "mode": "offline", "batch_size": 2, "seq_len": 64,
-            "accumulation_steps": 1, "num_anchors": 8, "gpus": gpus, "arm": arm, "repeat": repeat,
+    cell = {"run_id": run_id, "cell_id": CELL, "profile": "p", "mode": "offline",
+            "batch_size": SAMPLES // gpus, "seq_len": 64, "accumulation_steps": 1, "num_anchors": 8, "gpus": gpus, "arm": arm, "repeat": repeat,
             "order_index": 2 * repeat + (arm != "baseline"), "steps": steps, "warmup_steps": 1}  # fmt: skip
     (d / "cell.json").write_text(json.dumps(cell))
     (d / "run.json").write_text(json.dumps({"status": "ok", "arm": arm}))

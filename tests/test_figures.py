@@ -163,11 +163,12 @@ def test_compare_figure_is_a_forest_of_b_vs_a_with_its_ci(drawn, tmp_path):
     df = pd.DataFrame([{
         "trainer": "embedded", "profile": "p", "mode": "offline", "batch_size": 2, "seq_len": 64, "gpus": 1, "arm": "liger",
         "present": "both", "samples_per_s_delta_pct": -3.0, "samples_per_s_delta_pct_ci95_low": -4.0,
-        "samples_per_s_delta_pct_ci95_high": -2.0, "verdict": "B slower", "peak_vram_delta_gib": 1.0, "peak_vram_gib_a": 20.0,
+        "samples_per_s_delta_pct_ci95_high": -2.0, "verdict": "B slower", "vram_over_idle_b_minus_a_gib": 1.0, "vram_over_idle_gib_a": 20.0,
     }, {
         "trainer": "embedded", "profile": "p", "mode": "offline", "batch_size": 2, "seq_len": 64, "gpus": 1,
         "arm": "sdpa", "present": "A only", "samples_per_s_delta_pct": np.nan, "samples_per_s_delta_pct_ci95_low": np.nan,
-        "samples_per_s_delta_pct_ci95_high": np.nan, "verdict": None, "peak_vram_delta_gib": np.nan, "peak_vram_gib_a": 20.0,
+        "samples_per_s_delta_pct_ci95_high": np.nan, "verdict": None, "vram_over_idle_b_minus_a_gib": np.nan,
+        "vram_over_idle_gib_a": 20.0,
     }])  # fmt: skip
     plots.plot_compare(df, tmp_path / "compare.png", "a.csv", "b.csv")
     left, right = drawn["compare.png"].axes
@@ -192,7 +193,8 @@ def test_pr_summary_is_the_seeds_table_and_delta_line():
     assert row in lines
     head = f"liger vs baseline: {ci} throughput ({int(r.n_pairs)} pairs), {r.delta_peak_vram_gib:+.2f} GiB ({r.delta_peak_vram_pct:+.1f}%) peak VRAM, "
     energy = f"{r.delta_energy_per_sample_pct:+.1f}% [{r.delta_energy_per_sample_pct_ci95_low:+.1f}, {r.delta_energy_per_sample_pct_ci95_high:+.1f}] energy/sample"
-    assert f"{head}{energy}, loss parity pass ({n}/{n})." in lines
+    coverage = f" (energy counter, {2 * n} of {2 * n} runs)"  # where the energies come from, and how many
+    assert f"{head}{energy}{coverage}, loss parity pass ({n}/{n})." in lines
 
 
 def test_console_summary_fits_100_columns_with_long_names_and_many_arms():

@@ -325,8 +325,8 @@ def test_loss_parity_compares_only_runs_in_the_statistics_and_names_the_others(t
     assert list(parity["repeat"]) == [0] and bool(parity["passed"].iloc[0])  # no FAIL from the flagged run
     gaps = loss_parity_gaps(records)
     assert gaps == [
-        f"{CELL} repeat 1: liger not compared: liger is out of the statistics (metrics.jsonl step 3: "
-        "step_time_s = -1.0, not a finite number >= 0: excluded from throughput stats)"
+        f"{CELL} repeat 1: liger not compared: liger is out of the statistics (metrics.jsonl line 3 (step 3): "
+        "step_time_s = -1.0, not a finite number > 0: excluded from throughput stats)"
     ]
     assert [r.run_id for r in in_statistics_records(records)] == [
         r.run_id for r in records if r.run_id != bad.name

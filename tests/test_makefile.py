@@ -137,7 +137,41 @@ def test_bench_on_amd_installs_rocm_extras(venv, rocm):
 
 def test_out_and_sweep_flags(venv):
     lines = make("bench-h200", f"VENV={venv}", "OUT=/tmp/x", "SWEEP_FLAGS=--force")
-    assert lines[-1] == f"{venv}/bin/python -m bench sweep configs/h200.yaml --force --out '/tmp/x'"
+    assert lines[-1] == f'{venv}/bin/python -m bench sweep configs/h200.yaml --force --out "$OUT"'
+
+
+def _argv_logger(tmp_path):
+    """A fake python that writes each argument it gets on a line of its own."""
+    log = tmp_path / "argv.log"
+    fake = tmp_path / "python3"
+    fake.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> {log}\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return fake, log
+
+
+@pytest.mark.parametrize("target", ["bench-cpu", "bench-h200"])
+def test_a_quote_in_out_is_part_of_the_path(tmp_path, target):
+    """Issue 27: `make bench-cpu OUT="…it's…"` broke the recipe ('…' quoting)."""
+    fake, log = _argv_logger(tmp_path)
+    out = str(tmp_path / 'it\'s "a" `x` (dir)')
+    make(target, "INSTALL=", f"PYTHON={fake}", f"OUT={out}", dry=False)
+    assert log.read_text().splitlines()[-2:] == ["--out", out]
+
+
+def test_compare_passes_its_values_as_values_never_as_shell(tmp_path):
+    """Issue 27: a quote in FAIL_IF_SLOWER ran an injected command."""
+    fake, log = _argv_logger(tmp_path)
+    pwned = tmp_path / "pwned"
+    injected = f"5'; touch {pwned}; echo '"
+    make(
+        "compare", "INSTALL=", f"PYTHON={fake}", "A=a's.csv", "B=b.csv", f"OUT={tmp_path}/o'ut",
+        f"FAIL_IF_SLOWER={injected}", "FAIL_IF_GAIN_DROPS=2", "FORMAT=md", dry=False,
+    )  # fmt: skip
+    assert not pwned.exists()
+    assert log.read_text().splitlines() == [
+        "-m", "bench", "compare", "a's.csv", "b.csv", "--out", f"{tmp_path}/o'ut", "--fail-if-slower", injected,
+        "--fail-if-gain-drops", "2", "--format", "md",
+    ]  # fmt: skip
 
 
 # -- INSTALL= PYTHON=python3: nothing installed --------------------------------------------

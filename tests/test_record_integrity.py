@@ -255,15 +255,15 @@ def test_a_sweep_without_a_plan_reads_its_run_directories_alone(tmp_path):
 # --- 3. bad values in metrics.jsonl --------------------------------------------------------------
 
 BAD = {
-    "step time text": ({"step_time_s": "0.4s"}, 'step 4: step_time_s = "0.4s"'),
-    "negative step time": ({"step_time_s": -0.4}, "step 4: step_time_s = -0.4"),
-    "step time NaN": ({"step_time_s": float("nan")}, "step 4: step_time_s = NaN"),
-    "step time infinite": ({"step_time_s": float("inf")}, "step 4: step_time_s = Infinity"),
-    "negative samples": ({"samples": -2}, "step 4: samples = -2"),
-    "samples text": ({"samples": "two"}, 'step 4: samples = "two"'),
-    "samples infinite": ({"samples": float("inf")}, "step 4: samples = Infinity"),
-    "samples true": ({"samples": True}, "step 4: samples = true"),
-}
+    "step time text": ({"step_time_s": "0.4s"}, 'line 4 (step 4): step_time_s = "0.4s", not a finite number > 0'),
+    "negative step time": ({"step_time_s": -0.4}, "line 4 (step 4): step_time_s = -0.4, not a finite number > 0"),
+    "step time NaN": ({"step_time_s": float("nan")}, "line 4 (step 4): step_time_s = NaN, not a finite number > 0"),
+    "step time infinite": ({"step_time_s": float("inf")}, "line 4 (step 4): step_time_s = Infinity, not a finite number > 0"),
+    "negative samples": ({"samples": -2}, "line 4 (step 4): samples = -2, not a finite number >= 0"),
+    "samples text": ({"samples": "two"}, 'line 4 (step 4): samples = "two", not a finite number >= 0'),
+    "samples infinite": ({"samples": float("inf")}, "line 4 (step 4): samples = Infinity, not a finite number >= 0"),
+    "samples true": ({"samples": True}, "line 4 (step 4): samples = true, not a finite number >= 0"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", BAD, ids=list(BAD))
@@ -278,14 +278,14 @@ def test_a_bad_value_in_metrics_keeps_the_run_out_of_the_statistics(tmp_path, ba
     out = build_report(sweep)
     r = row(out["runs"], run_id=run_id("liger", 2))
     assert r["status"] == "ok"  # as the trainer wrote
-    assert r["note"] == f"metrics.jsonl {where}, not a finite number >= 0: excluded from throughput stats"
+    assert r["note"] == f"metrics.jsonl {where}: excluded from throughput stats"
     assert math.isnan(r["samples_per_s"]) and math.isnan(r["s_per_step_mean"])
     liger = row(out["summary"], arm="liger")
     assert (liger["n_runs"], liger["n_ok"], liger["n_pairs"]) == (3, 2, 2)
     assert liger["delta_samples_per_s_pct"] == pytest.approx(delta_pct([1, 3]), rel=1e-12)
     assert main_row(out, "liger")[6] == "2/3"
     report = (sweep / "report.md").read_text()
-    assert f"- {run_id('liger', 2)}: metrics.jsonl {where}, not a finite number >= 0" in report
+    assert f"- {run_id('liger', 2)}: metrics.jsonl {where}" in report
 
 
 def test_an_arm_whose_runs_all_have_bad_values_says_why_it_has_none(tmp_path):
@@ -298,7 +298,7 @@ def test_an_arm_whose_runs_all_have_bad_values_says_why_it_has_none(tmp_path):
     assert (liger["n_ok"], liger["verdict_speed"]) == (0, "n/a (no ok runs)")
     assert main_row(out, "liger")[6] == "0/2"
     assert main_row(out, "liger")[-1] == (
-        "no ok run (ok: metrics.jsonl step 3: step_time_s = -1, not a finite number >= 0: "
+        "no ok run (ok: metrics.jsonl line 3 (step 3): step_time_s = -1, not a finite number > 0: "
         "excluded from throughput stats)"
     )
 

@@ -44,7 +44,7 @@ def write_run(sweep: Path, cell_id: str, arm: str, repeat: int, step_time: float
     if step_time is not None:
         rows = [
             {"step": i, "loss": 7.0 - 0.1 * i + kw.get("loss_offset", 0.0), "accuracy": 0.1, "step_time_s": 9.0 if i <= 3 else step_time,
-             "samples": 4, "tokens": 4 * seq, "torch_peak_allocated_gib": 3.0, "torch_peak_reserved_gib": 4.0}
+             "samples": 2 * bs, "tokens": 2 * bs * seq, "torch_peak_allocated_gib": 3.0, "torch_peak_reserved_gib": 4.0}
             for i in range(1, 9)
         ]  # fmt: skip
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -99,7 +99,7 @@ def sweep(tmp_path: Path) -> Path:
 def test_build_report_writes_every_file(sweep, plots_on):
     out = build_report(sweep)
     names = ["runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "forest.png", "throughput.png",
-             "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "report.md"]  # fmt: skip
+             "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "report.md", "manifest.json"]  # fmt: skip
     assert sorted(out["paths"]) == sorted(names)
     for name in names:
         assert (sweep / name).is_file() and out["paths"][name] == sweep / name

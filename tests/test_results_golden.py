@@ -30,6 +30,7 @@ COMPARED = [
     "scaling.csv",
     "capacity.csv",
     "trainers.csv",
+    "manifest.json",
     "report.md",
 ]
 

@@ -54,8 +54,23 @@ def test_resume_alone_cannot_recover_a_failed_run(failed_sweep, capsys):
     cfg, out = failed_sweep
     assert statuses(out)[f"{CELL}_aa_r2"]["status"] == "error"
     assert main(["sweep", str(cfg), "--out", str(out), "--resume"]) == 1
-    assert "9 of 9 runs already finished" in capsys.readouterr().out
+    out_text, err = capsys.readouterr()
+    assert "9 of 9 runs already finished" in out_text
     assert statuses(out)[f"{CELL}_aa_r2"]["status"] == "error"
+    # issue 27: the way out is named, on the first line and on the last
+    assert "1 round(s) hold a run that failed: --retry-failed re-runs them" in out_text
+    assert "re-run their rounds with --retry-failed" in err
+
+
+def test_a_dry_run_resume_refuses_a_changed_config_like_the_real_one(failed_sweep, capsys):
+    """Issue 27: --dry-run --resume marked every run finished where --resume refuses."""
+    cfg, out = failed_sweep
+    cfg.write_text(cfg.read_text().replace("repeats: 3", "repeats: 4"))
+    for flags in (["--resume"], ["--resume", "--dry-run"]):
+        assert main(["sweep", str(cfg), "--out", str(out), *flags]) == 2
+        got, err = capsys.readouterr()
+        assert err.startswith(f"error: --resume: {out} was run with a different config (repeats differ)"), err
+        assert "finished" not in got
 
 
 def test_retry_failed_reruns_the_failed_round_whole_and_keeps_the_rest(failed_sweep, capsys):

@@ -218,14 +218,16 @@ def check_hardware(
             f"{config or 'sweep config'}: unknown hardware {unknown or wanted!r}; "
             f"use one or more of {', '.join(GPU_KINDS)}, cpu, any"
         )
-    if "cpu" in wanted or "any" in wanted:
-        return None
     info = detect() if info is None else info
+    # a GPU kind named for a machine without one is refused whatever the config (a cpu one too:
+    # its sweep.json would record the wrong kind)
     if info.get("kind_source") == ENV_OVERRIDE and info.get("kind") != "cpu" and not info.get("gpu_count"):
         return (
             f"{ENV_OVERRIDE}={info.get('kind')} names a GPU kind, but this machine has no GPU; "
             "unset it (make HARDWARE=) to run here"
         )
+    if "cpu" in wanted or "any" in wanted:
+        return None
     if info.get("kind") in wanted:
         return None
     return f"{config or 'this sweep config'} is for {'/'.join(wanted)} GPUs but this machine has {describe(info)}"

@@ -41,6 +41,10 @@ CELL_COLUMNS = [
 ]
 # A cell's shape: what two trainers' cells must share to be the same cell run by both (trainers.csv).
 SHAPE_COLUMNS = [c for c in CELL_COLUMNS if c != "trainer"]
+# A digest of what else fixes a cell's work: its training config (the file's sha256) and its `set:`
+# overrides (bench/results/identity.py). With the cell columns and the arm: a row's workload identity.
+WORKLOAD_DIGEST = "workload_digest"
+IDENTITY_COLUMNS = [*CELL_COLUMNS, WORKLOAD_DIGEST, "arm"]
 # Cells that differ only in their world size (gpus x nodes) form one scaling series (one trainer's).
 SCALING_KEY = ["trainer", "profile", "mode", "batch_size", "seq_len", "accumulation_steps", "num_anchors"]
 SCALING_COLUMNS = [
@@ -49,12 +53,12 @@ SCALING_COLUMNS = [
     "delta_samples_per_s_pct_ci95_high", "peak_vram_gib",
 ]  # fmt: skip
 PROVENANCE_COLUMNS = [
-    "hostname", "gpu_name", "gpu_count", "driver_version", "torch_version", "triton_version",
+    "hostname", "gpu_name", "gpu_count", "driver_version", "cuda_version", "torch_version", "triton_version",
     "transformers_version", "liger_version", "git_commit",
 ]  # fmt: skip
 
 RUNS_COLUMNS = [
-    "run_id", "cell_id", *CELL_COLUMNS, "arm", "repeat", "order_index", "status", "reason", "note",
+    "run_id", "cell_id", *IDENTITY_COLUMNS, "repeat", "order_index", "status", "reason", "note",
     "steps_total", "warmup_steps", "steps_measured",
     "s_per_step_mean", "s_per_step_median", "s_per_step_std", "s_per_step_p10", "s_per_step_p90",
     "samples_per_s", "tokens_per_s", "mfu",
@@ -63,17 +67,17 @@ RUNS_COLUMNS = [
     *STARTUP_COLUMNS, *STATE_COLUMNS, *ENERGY_COLUMNS, "start_time", "end_time", *PROVENANCE_COLUMNS,
 ]  # fmt: skip
 RUNS_TEXT_COLUMNS = {
-    "run_id", "cell_id", "trainer", "profile", "mode", "arm", "status", "reason", "note", "vram_status",
+    "run_id", "cell_id", "trainer", "profile", "mode", "arm", WORKLOAD_DIGEST, "status", "reason", "note", "vram_status",
     "start_time", "end_time", "state_window", "compile_cache_warm", "imports_preloaded", "energy_source",
     *PROVENANCE_COLUMNS,
 } - {"gpu_count"}  # fmt: skip
 
-SUMMARY_PROVENANCE_COLUMNS = ["hostname", "gpu_name", "torch_version", "liger_version", "git_commit"]
+SUMMARY_PROVENANCE_COLUMNS = [c for c in PROVENANCE_COLUMNS if c != "gpu_count"]
 SUMMARY_COLUMNS = [
-    "cell_id", *CELL_COLUMNS, "arm", "n_runs", "n_ok",
+    "cell_id", *IDENTITY_COLUMNS, "n_runs", "n_ok",
     "samples_per_s_mean", "samples_per_s_std", "samples_per_s_ci95_low", "samples_per_s_ci95_high",
     "tokens_per_s_mean", "s_per_step_mean", "s_per_step_median", "s_per_step_ci95_low", "s_per_step_ci95_high",
-    "peak_vram_gib", "peak_vram_gib_max", "torch_peak_allocated_gib", "torch_peak_reserved_gib",
+    "peak_vram_gib", "peak_vram_gib_max", "peak_vram_delta_gib", "torch_peak_allocated_gib", "torch_peak_reserved_gib",
     "mfu_mean", "loss_last_mean", "energy_j_per_sample_mean", "energy_source",
     "n_pairs", "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
     "delta_samples_per_s_halfwidth_pct", "delta_samples_per_s_pct_per_pair",
@@ -126,7 +130,7 @@ TRAINERS_COLUMNS = [
 # parity section).
 # README.md's and docs/run-contract.md's layouts name each one (tests/test_docs_match.py).
 REPORT_FILES = [
-    "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "report.md", "forest.png",
+    "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "manifest.json", "report.md", "forest.png",
     "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png",
 ]  # fmt: skip
 OPTIONAL_REPORT_FILES = [

@@ -1,164 +1,186 @@
-"""Compare two sweeps' results (two machines or two commits), row by row, and hold B to A.
+"""Compare two sweeps' results (two machines or two commits), workload by workload, and hold B to A.
 
-Each input is a summary.csv, or a runs.csv that is first aggregated through summary_table
-(reading and checking them: compare_inputs.py). Rows are joined on KEY_COLUMNS (a file from
-before the trainer column reads as our trainer's, bench.results.tables.with_trainer); B is
-compared with A. Where the per-run values of both sides are at hand (a runs.csv given, or the
-runs.csv beside a summary.csv), each row's B/A ratio gets a 95% CI: runs of different sweeps
-are not paired, so it is Welch's interval on log throughput, and a verdict says which
-differences are real. With a threshold, the regression gate (gate.py) judges each row.
+Each input is read by compare_inputs.py (per-run data decides; a summary is checked against its
+runs). Rows pair only when their whole workload identity is equal (KEY_COLUMNS); an A row and a
+B row of one profile, mode and arm that differ in another key are listed as "not compared:
+different workloads" with the keys that differ, and never pass a gate. Where both sides have
+per-run data, a row's Δ and its 95% CI come from the same Welch interval on log throughput
+(runs of two sweeps are not paired), so the CI always holds its point; a summary alone gives
+the ratio of means, labelled a point estimate, and no CI. Each arm's gain over its baseline is
+compared too (gain.py), and the gates (gate.py) judge both. Output: compare_format.py.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from bench import fmt
-from bench.results import gate, stats
-from bench.results.columns import DEFAULT_TRAINER
-from bench.results.compare_inputs import KEY_COLUMNS, key_value, load_summary
-from bench.results.plots import plot_compare
-from bench.results.report import write_csv
-from bench.results.tables import join_unique
+from bench.arms import BASELINE
+from bench.results import gain, gate, stats
+from bench.results.compare_format import label, render, write_outputs
+from bench.results.compare_inputs import KEY_COLUMNS, NUMERIC_KEYS, load_summary, per_run_values, row_key
 
 __all__ = ["COMPARE_COLUMNS", "KEY_COLUMNS", "compare", "compare_tables", "run_compare"]
 
 COMPARE_COLUMNS = [
-    *KEY_COLUMNS, "present",
+    *KEY_COLUMNS, "present", "workloads_differ", "estimate",
     "samples_per_s_a", "samples_per_s_b", "samples_per_s_ratio_b_over_a", "samples_per_s_delta_pct",
-    "s_per_step_a", "s_per_step_b", "peak_vram_gib_a", "peak_vram_gib_b", "peak_vram_delta_gib",
+    "samples_per_s_delta_pct_ci95_low", "samples_per_s_delta_pct_ci95_high", "n_runs_a", "n_runs_b", "verdict",
+    "s_per_step_a", "s_per_step_b",
+    "vram_over_idle_gib_a", "vram_over_idle_gib_b", "vram_over_idle_b_minus_a_gib",
+    "peak_vram_gib_a", "peak_vram_gib_b", "peak_vram_b_minus_a_gib",
     "delta_samples_per_s_pct_a", "delta_samples_per_s_pct_ci95_low_a", "delta_samples_per_s_pct_ci95_high_a",
     "delta_samples_per_s_pct_b", "delta_samples_per_s_pct_ci95_low_b", "delta_samples_per_s_pct_ci95_high_b",
-    "n_runs_a", "n_runs_b", "samples_per_s_delta_pct_ci95_low", "samples_per_s_delta_pct_ci95_high", "verdict",
-    "gate",
+    "n_pairs_a", "n_pairs_b", "gain_change_points", "gain_change_points_ci95_low", "gain_change_points_ci95_high",
+    "gate", "gain_gate",
 ]  # fmt: skip
 MIN_RUNS = 3  # per side, for a verdict on an unpaired comparison
+PER_RUN, POINT = "per-run data (Welch)", "point estimate (summary.csv only)"
 _VALUES = {
     "samples_per_s_mean": "samples_per_s",
     "s_per_step_mean": "s_per_step",
     "peak_vram_gib": "peak_vram_gib",
+    "peak_vram_delta_gib": "vram_over_idle_gib",
     "delta_samples_per_s_pct": "delta_samples_per_s_pct",
     "delta_samples_per_s_pct_ci95_low": "delta_samples_per_s_pct_ci95_low",
     "delta_samples_per_s_pct_ci95_high": "delta_samples_per_s_pct_ci95_high",
 }
+_COARSE = ["trainer", "profile", "mode", "arm"]  # rows alike in these but not the rest: different workloads
 
 
-def _significance(m: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float) -> pd.DataFrame:
-    runs_a, runs_b = a.attrs.get("runs") or {}, b.attrs.get("runs") or {}
-    cols = {k: [] for k in ("n_runs_a", "n_runs_b", "lo", "hi", "verdict")}
-    for r in m.itertuples():
-        key = tuple(key_value(getattr(r, c)) for c in KEY_COLUMNS)
-        va, vb = runs_a.get(key), runs_b.get(key)
-        cols["n_runs_a"].append(len(va) if va is not None else float("nan"))
-        cols["n_runs_b"].append(len(vb) if vb is not None else float("nan"))
-        if not va or not vb:
-            cols["lo"].append(float("nan"))
-            cols["hi"].append(float("nan"))
-            cols["verdict"].append(
-                "n/a (no per-run values: give runs.csv files)" if r.present == "both" else None
-            )
-            continue
-        d = stats.welch_log_delta(va, vb)
-        cols["lo"].append(d.lo)
-        cols["hi"].append(d.hi)
-        if min(len(va), len(vb)) < MIN_RUNS:
-            cols["verdict"].append(f"too few runs ({len(va)} vs {len(vb)}): {d.pct:+.1f}%")
-        else:
-            cols["verdict"].append(
-                stats.speed_verdict(d, MIN_RUNS, equivalence_pct)
-                .replace("faster", "B faster")
-                .replace("slower", "B slower")
-            )
-    return m.assign(
-        n_runs_a=cols["n_runs_a"],
-        n_runs_b=cols["n_runs_b"],
-        samples_per_s_delta_pct_ci95_low=cols["lo"],
-        samples_per_s_delta_pct_ci95_high=cols["hi"],
-        verdict=cols["verdict"],
+def _side(df: pd.DataFrame, suffix: str) -> pd.DataFrame:
+    out = df.reindex(columns=KEY_COLUMNS + list(_VALUES)).rename(
+        columns={k: f"{v}_{suffix}" for k, v in _VALUES.items()}
     )
+    out["wkey"] = [row_key(r) for r in df.itertuples(index=False)]
+    return out.assign(**{f"_order_{suffix}": range(len(out))})
 
 
-def _label(df: pd.DataFrame, path: Path) -> str:
-    parts = [
-        f"{c} {join_unique(df[c])}" for c in ("gpu_name", "git_commit") if c in df and join_unique(df[c])
-    ]
-    return f"{path}" + (f" ({'; '.join(parts)})" if parts else "")
+def _differ(ra: pd.Series, rb: pd.Series) -> list[str]:
+    out = []
+    for c in KEY_COLUMNS:
+        va, vb = ra[c], rb[c]
+        same = (pd.isna(va) and pd.isna(vb)) or va == vb
+        if not same:
+            shown = [
+                ("unknown" if pd.isna(v) else f"{v:g}" if isinstance(v, float) else str(v)) for v in (va, vb)
+            ]
+            out.append(f"{c} {shown[0]} in A, {shown[1]} in B")
+    return out
+
+
+def _join(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Rows of equal identity side by side; then each leftover A row with the leftover B row of its
+    profile, mode and arm that differs in the fewest keys (a "different workloads" row)."""
+    sa, sb = _side(a, "a"), _side(b, "b")
+    keys_b = {k: i for i, k in enumerate(sb["wkey"])}
+    rows, used_b = [], set()
+    for _, ra in sa.iterrows():
+        j = keys_b.get(ra["wkey"])
+        if j is not None and j not in used_b:
+            used_b.add(j)
+            rows.append(
+                {**ra.to_dict(), **sb.iloc[j].drop(KEY_COLUMNS + ["wkey"]).to_dict(), "present": "both"}
+            )
+        else:
+            rows.append({**ra.to_dict(), "present": "A only"})
+    for row in rows:
+        if row["present"] != "A only":
+            continue
+        ra = pd.Series(row)
+        near = [
+            (len(_differ(ra, sb.iloc[j])), j)
+            for j in range(len(sb))
+            if j not in used_b and all(_eq(ra[c], sb.iloc[j][c]) for c in _COARSE)
+        ]
+        if near:
+            _, j = min(near)
+            used_b.add(j)
+            row.update(sb.iloc[j].drop(KEY_COLUMNS + ["wkey"]).to_dict())
+            row.update(present=gate.DIFFERENT, workloads_differ="; ".join(_differ(ra, sb.iloc[j])))
+    rows += [{**sb.iloc[j].to_dict(), "present": "B only"} for j in range(len(sb)) if j not in used_b]
+    m = pd.DataFrame(rows)
+    return m.sort_values(["_order_a", "_order_b"], na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _eq(x, y) -> bool:
+    return (pd.isna(x) and pd.isna(y)) or x == y
 
 
 def compare_tables(a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float = 1.0) -> pd.DataFrame:
-    """COMPARE_COLUMNS, one row per key in A or B (``present``: both / A only / B only), A's order first."""
-
-    def side(df: pd.DataFrame, suffix: str) -> pd.DataFrame:
-        out = df.reindex(columns=KEY_COLUMNS + list(_VALUES)).rename(
-            columns={k: f"{v}_{suffix}" for k, v in _VALUES.items()}
-        )
-        return out.assign(**{f"_order_{suffix}": range(len(out))})
-
-    m = side(a, "a").merge(side(b, "b"), on=KEY_COLUMNS, how="outer", indicator=True)
-    m = m.sort_values(["_order_a", "_order_b"], na_position="last", kind="stable").reset_index(drop=True)
-    m["present"] = (
-        m["_merge"].map({"both": "both", "left_only": "A only", "right_only": "B only"}).astype(str)
-    )
-    m["samples_per_s_ratio_b_over_a"] = m["samples_per_s_b"] / m["samples_per_s_a"]
-    m["samples_per_s_delta_pct"] = 100 * (m["samples_per_s_ratio_b_over_a"] - 1)
-    m["peak_vram_delta_gib"] = m["peak_vram_gib_b"] - m["peak_vram_gib_a"]
-    m = _significance(m, a, b, equivalence_pct)
+    """COMPARE_COLUMNS, one row per workload in A or B (``present``: both / A only / B only /
+    different workloads), A's order first."""
+    m = _join(a, b)
+    runs_a, runs_b = per_run_values(a.attrs.get("runs")), per_run_values(b.attrs.get("runs"))
+    cols: dict[str, list] = {
+        c: [] for c in ("est", "pct", "lo", "hi", "na", "nb", "verdict", "g", "glo", "ghi", "pa", "pb")
+    }
+    for r in m.itertuples():
+        key = r.wkey
+        va, vb = runs_a.get(key) if a.attrs.get("runs") is not None else None, None
+        if b.attrs.get("runs") is not None:
+            vb = runs_b.get(key, [])
+        if a.attrs.get("runs") is not None:
+            va = runs_a.get(key, [])
+        _row_delta(cols, r, va, vb, equivalence_pct)
+        paired = r.present == "both" and r.arm != BASELINE
+        la = gain.side_log_ratios(a.attrs.get("runs"), key) if paired else []
+        lb = gain.side_log_ratios(b.attrs.get("runs"), key) if paired else []
+        g = gain.gain_change(la, lb)
+        cols["g"].append(g.pct)
+        cols["glo"].append(g.lo)
+        cols["ghi"].append(g.hi)
+        cols["pa"].append(len(la) if la else np.nan)
+        cols["pb"].append(len(lb) if lb else np.nan)
+    m = m.assign(
+        estimate=cols["est"], samples_per_s_delta_pct=cols["pct"], samples_per_s_delta_pct_ci95_low=cols["lo"],
+        samples_per_s_delta_pct_ci95_high=cols["hi"], n_runs_a=cols["na"], n_runs_b=cols["nb"],
+        verdict=cols["verdict"], gain_change_points=cols["g"], gain_change_points_ci95_low=cols["glo"],
+        gain_change_points_ci95_high=cols["ghi"], n_pairs_a=cols["pa"], n_pairs_b=cols["pb"],
+    )  # fmt: skip
+    m["samples_per_s_ratio_b_over_a"] = 1 + m["samples_per_s_delta_pct"] / 100
+    m["vram_over_idle_b_minus_a_gib"] = m["vram_over_idle_gib_b"] - m["vram_over_idle_gib_a"]
+    m["peak_vram_b_minus_a_gib"] = m["peak_vram_gib_b"] - m["peak_vram_gib_a"]
+    for c in NUMERIC_KEYS:
+        m[c] = pd.to_numeric(m[c], errors="coerce")
     return m.reindex(columns=COMPARE_COLUMNS)
 
 
-def format_compare(df: pd.DataFrame, label_a: str, label_b: str) -> str:
-    """An aligned text table of the rows in both, then the rows found on one side only."""
-
-    def num(spec: str):
-        return lambda x: fmt.f(x, spec)
-
-    lines = [f"A: {label_a}", f"B: {label_b}", ""]
-    both = df[df["present"] == "both"]
-    shown = pd.DataFrame(
-        {
-            "profile": both["profile"],
-            "mode": both["mode"],
-            "bs": both["batch_size"].map(num(".0f")),
-            "seq": both["seq_len"].map(num(".0f")),
-            "gpus": both["gpus"].map(num(".0f")),
-            "arm": both["arm"],
-            "samples/s A": both["samples_per_s_a"].map(num(".2f")),
-            "samples/s B": both["samples_per_s_b"].map(num(".2f")),
-            "B/A": both["samples_per_s_ratio_b_over_a"].map(num(".3f")),
-            "Δ%": both["samples_per_s_delta_pct"].map(num("+.1f")),
-            "s/step A": both["s_per_step_a"].map(num(".3f")),
-            "s/step B": both["s_per_step_b"].map(num(".3f")),
-            "VRAM A": both["peak_vram_gib_a"].map(num(".2f")),
-            "VRAM B": both["peak_vram_gib_b"].map(num(".2f")),
-            "Δ GiB": both["peak_vram_delta_gib"].map(num("+.2f")),
-            "vs base A %": both["delta_samples_per_s_pct_a"].map(num("+.1f")),
-            "vs base B %": both["delta_samples_per_s_pct_b"].map(num("+.1f")),
-            "Δ% 95% CI": [
-                "—" if pd.isna(lo) else f"[{lo:+.1f}, {hi:+.1f}]"
-                for lo, hi in zip(
-                    both["samples_per_s_delta_pct_ci95_low"], both["samples_per_s_delta_pct_ci95_high"]
-                )
-            ],
-            "B vs A": both["verdict"].fillna("—"),
-        }
-    )
-    if (both["trainer"] != DEFAULT_TRAINER).any():  # another trainer's cells: say whose each row is
-        shown.insert(0, "trainer", both["trainer"])
-    lines.append(shown.to_string(index=False) if len(shown) else "(no row is in both A and B)")
-    for which in ("A only", "B only"):
-        rows = df[df["present"] == which]
-        if len(rows):
-            lines += ["", f"Only in {which[0]}:"]
-            lines += [
-                f"  {'' if r.trainer == DEFAULT_TRAINER else f'{r.trainer} '}"
-                f"{r.profile} {r.mode} bs{num('.0f')(r.batch_size)} seq{num('.0f')(r.seq_len)} "
-                f"gpus{num('.0f')(r.gpus)} {r.arm}"
-                for r in rows.itertuples()
-            ]
-    return "\n".join(lines)
+def _row_delta(cols: dict, r, va: list | None, vb: list | None, equivalence_pct: float) -> None:
+    """One row's Δ B vs A, its CI and verdict: from the runs (Welch) or the means (a point estimate)."""
+    nan = float("nan")
+    cols["na"].append(len(va) if va is not None else nan)
+    cols["nb"].append(len(vb) if vb is not None else nan)
+    if r.present in ("A only", "B only") or r.present == gate.DIFFERENT:
+        cols["est"].append(None)
+        cols["pct"].append(
+            100 * (r.samples_per_s_b / r.samples_per_s_a - 1) if r.present == gate.DIFFERENT else nan
+        )
+        cols["lo"].append(nan)
+        cols["hi"].append(nan)
+        cols["verdict"].append("not compared: different workloads" if r.present == gate.DIFFERENT else None)
+        return
+    if not va or not vb:
+        cols["est"].append(POINT if va is None or vb is None else None)
+        cols["pct"].append(100 * (r.samples_per_s_b / r.samples_per_s_a - 1))
+        cols["lo"].append(nan)
+        cols["hi"].append(nan)
+        cols["verdict"].append(
+            "n/a (point estimate: give the runs.csv files)" if va is None or vb is None else "n/a (no ok run)"
+        )
+        return
+    d = stats.welch_log_delta(va, vb)
+    cols["est"].append(PER_RUN)
+    cols["pct"].append(d.pct)
+    cols["lo"].append(d.lo)
+    cols["hi"].append(d.hi)
+    if min(len(va), len(vb)) < MIN_RUNS:
+        cols["verdict"].append(f"too few runs ({len(va)} vs {len(vb)}): {d.pct:+.1f}%")
+    else:
+        verdict = stats.speed_verdict(d, MIN_RUNS, equivalence_pct)
+        cols["verdict"].append(verdict.replace("faster", "B faster").replace("slower", "B slower"))
 
 
 def compare(
@@ -166,26 +188,34 @@ def compare(
     b_csv: str | Path,
     out_dir: str | Path | None = None,
     fail_if_slower: float | None = None,
+    fail_if_gain_drops: float | None = None,
+    fmt_name: str = "text",
+    fail_if_inconclusive: bool = False,
 ) -> pd.DataFrame:
-    """Compare B with A, print the table; with out_dir also write compare.csv and compare.png.
-
-    Warnings about a runs.csv beside a summary that was ignored go to stderr. With
-    ``fail_if_slower`` the ``gate`` column holds each row's outcome (gate.decide).
-    """
+    """Compare B with A and print it (``fmt_name``: text, md or json, with the gates' lines); with
+    out_dir also write compare.csv, compare.md, compare.json and compare.png. ``attrs["gate"]``:
+    (lines, final line, exit status) when a gate was asked for."""
     a_csv, b_csv = Path(a_csv), Path(b_csv)
     a, b = load_summary(a_csv), load_summary(b_csv)
-    for line in a.attrs["warnings"] + b.attrs["warnings"]:
-        print(f"warning: {line}", file=sys.stderr)
-    label_a, label_b = _label(a, a_csv), _label(b, b_csv)
     df = compare_tables(a, b)
+    gates = []
     if fail_if_slower is not None:
         decisions = gate.decide(df, fail_if_slower, MIN_RUNS)
         df["gate"] = [d.outcome if d else None for d in decisions]
-    print(format_compare(df, label_a, label_b))
+        gates.append((gate.slower_heading(fail_if_slower), decisions))
+    if fail_if_gain_drops is not None:
+        decisions = gate.decide_gain(df, fail_if_gain_drops, gain.MIN_PAIRS)
+        df["gain_gate"] = [d.outcome if d else None for d in decisions]
+        gates.append((gate.gain_heading(fail_if_gain_drops), decisions))
+    limits = [f"-{fail_if_slower:g}%"] if fail_if_slower is not None else []
+    limits += [f"-{fail_if_gain_drops:g} points"] if fail_if_gain_drops is not None else []
+    within = " and ".join(limits)
+    if gates:
+        df.attrs["gate"] = gate.verdict(gates, fail_if_inconclusive, within)
+    sides = {"A": (a, label(a, a_csv)), "B": (b, label(b, b_csv))}
+    print(render(df, sides, fmt_name, df.attrs.get("gate")))
     if out_dir is not None:
-        out = Path(out_dir)
-        write_csv(df, out / "compare.csv")
-        plot_compare(df[df["present"] == "both"], out / "compare.png", label_a, label_b)
+        write_outputs(df, sides, Path(out_dir), fail_if_slower, df.attrs.get("gate"))
     return df
 
 
@@ -195,21 +225,28 @@ def run_compare(
     out_dir: str | Path | None = None,
     fail_if_slower: str | float | None = None,
     fail_if_inconclusive: bool = False,
+    fail_if_gain_drops: str | float | None = None,
+    fmt_name: str = "text",
 ) -> int:
-    """`bench compare`: the table, the files, the gate's lines; the exit status: 0, or
-    gate.EXIT_FAILED when the gate failed (README). Bad input: ValueError (one line), checked
-    before anything is written, except the gate's finding that no row could be judged."""
+    """`bench compare`: the table, the files, the gates' lines; the exit status: 0, or
+    gate.EXIT_FAILED when a gate failed (README). Bad input: ValueError (one line), checked
+    before anything is written, except a gate's finding that no row could be judged."""
     pct = None if fail_if_slower is None else gate.parse_threshold(fail_if_slower)
-    if fail_if_inconclusive and pct is None:
-        raise ValueError("--fail-if-inconclusive: needs --fail-if-slower PCT")
+    points = (
+        None
+        if fail_if_gain_drops is None
+        else gate.parse_threshold(fail_if_gain_drops, "--fail-if-gain-drops")
+    )
+    if fail_if_inconclusive and pct is None and points is None:
+        raise ValueError("--fail-if-inconclusive: needs --fail-if-slower PCT or --fail-if-gain-drops POINTS")
+    if fmt_name not in ("text", "md", "json"):
+        raise ValueError(f"--format: {fmt_name!r} is not one of text, md, json")
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ValueError(f"--out {out_dir}: is a file; expected a directory for compare.csv and compare.png")
-    df = compare(a_csv, b_csv, out_dir, pct)
-    if pct is None:
+    df = compare(a_csv, b_csv, out_dir, pct, points, fmt_name, fail_if_inconclusive)
+    if "gate" not in df.attrs:
         return 0
-    lines, final, status = gate.verdict(gate.decide(df, pct, MIN_RUNS), pct, fail_if_inconclusive)
-    print("\n".join(lines))
+    _, final, status = df.attrs["gate"]
     if status == 2:
         raise ValueError(final)
-    print(final)
     return status

@@ -1,65 +1,86 @@
-"""Reading `bench compare`'s two inputs: a summary.csv or runs.csv, checked file, shape and cell
-by cell (a one-line ValueError naming the file, line and column), and the per-run values of
-each row, from the runs.csv given or the one found beside a summary.csv (a damaged or
-mismatched one is ignored with a warning, never fatal)."""
+"""Reading `bench compare`'s two inputs into one side each: a summary.csv or runs.csv, checked
+file (whole: bench/results/manifest.py), shape and cell by cell (a one-line ValueError naming the
+file, line and column). Per-run data decides: a runs.csv is aggregated here (summary_table); a
+summary.csv with the runs.csv of its sweep beside it is recomputed from those runs and refused
+when it does not agree (one line naming both files); a summary.csv alone gives point estimates
+(``attrs["source"]`` says which), never a CI or a gate verdict.
+
+Every row carries its workload identity (KEY_COLUMNS: bench/results/identity.py); a file from
+before a key existed reads it as unknown (trainer: ours; nodes: 1)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from bench.fileio import read_json
 from bench.results.capacity_table import CAPACITY_COLUMNS
 from bench.results.columns import (
     CONTRAST_COLUMNS,
+    IDENTITY_COLUMNS,
     LOSS_PARITY_COLUMNS,
+    PROVENANCE_COLUMNS,
     RUNS_TEXT_COLUMNS,
     SCALING_COLUMNS,
     TRAINERS_COLUMNS,
     VRAM_PER_CARD_COLUMNS,
 )
-from bench.results.gate import row_name
-from bench.results.tables import summary_table, with_trainer
+from bench.results.manifest import check_whole
+from bench.results.records import in_statistics
+from bench.results.tables import distinct_values, summary_table, with_trainer
 
-KEY_COLUMNS = ["trainer", "profile", "mode", "batch_size", "seq_len", "gpus", "arm"]
-_OPTIONAL_KEYS = {"trainer"}  # filled in when a file has none
-_NUMERIC_KEYS = ["batch_size", "seq_len", "gpus"]
+KEY_COLUMNS = list(IDENTITY_COLUMNS)
+NUMERIC_KEYS = ["batch_size", "seq_len", "accumulation_steps", "num_anchors", "gpus", "nodes"]
+_REQUIRED_KEYS = ["profile", "mode", "arm", "batch_size", "seq_len", "gpus"]
+_DEFAULTS = {"nodes": 1.0}  # a file from before multi-node ran on one node
 SUMMARY_NEEDED = [
-    *(c for c in KEY_COLUMNS if c not in _OPTIONAL_KEYS),
+    *_REQUIRED_KEYS,
     "samples_per_s_mean",
     "s_per_step_mean",
     "peak_vram_gib",
     "delta_samples_per_s_pct",
 ]
-# Read when there (older summaries lack them): the Liger Δ's CI, and the ok runs each row counts.
-SUMMARY_OPTIONAL = ["delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high", "n_ok"]
+# Read when there (older summaries lack them).
+SUMMARY_OPTIONAL = [
+    "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high", "n_ok", "n_pairs",
+    "peak_vram_delta_gib", "samples_per_s_ci95_low", "samples_per_s_ci95_high",
+]  # fmt: skip
 RUNS_NEEDED = [
     "run_id",
     "cell_id",
-    *(c for c in KEY_COLUMNS if c not in _OPTIONAL_KEYS),
+    *_REQUIRED_KEYS,
     "repeat",
     "status",
     "samples_per_s",
     "s_per_step_mean",
     "peak_vram_gib",
 ]
-# Per kind: columns that must hold text, numbers that must be there, numbers that may be blank
-# (an arm with no ok run has no samples/s; a CPU run has no VRAM; a baseline has no Δ).
-_RULES = {
-    "summary.csv": (
-        ["profile", "mode", "arm"],
-        _NUMERIC_KEYS,
-        [c for c in SUMMARY_NEEDED + SUMMARY_OPTIONAL if c not in KEY_COLUMNS],
-    ),
+_RULES = {  # per kind: columns that must hold text, numbers that must be there, numbers that may be blank
+    "summary.csv": (["profile", "mode", "arm"], ["batch_size", "seq_len", "gpus"], SUMMARY_NEEDED[6:] + SUMMARY_OPTIONAL),
     "runs.csv": (
         ["run_id", "cell_id", "profile", "mode", "arm", "status"],
-        [*_NUMERIC_KEYS, "repeat"],
-        ["samples_per_s", "s_per_step_mean", "peak_vram_gib"],
+        ["batch_size", "seq_len", "gpus", "repeat"],
+        ["samples_per_s", "s_per_step_mean", "peak_vram_gib", "peak_vram_delta_gib"],
     ),
-}
+}  # fmt: skip
 _POSITIVE = {"samples_per_s_mean", "s_per_step_mean", "samples_per_s"}
-# The suite's other CSVs, to say which one was given where a summary.csv belongs.
+# (point, low, high): a CI that does not hold its own estimate is a damaged file.
+_INTERVALS = [
+    ("delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high"),
+    ("samples_per_s_mean", "samples_per_s_ci95_low", "samples_per_s_ci95_high"),
+]
+# What a summary must agree on with the runs it came from (the rest depends on sweep.json).
+CHECKED = [
+    "n_runs",
+    "n_ok",
+    "samples_per_s_mean",
+    "s_per_step_mean",
+    "peak_vram_gib",
+    "delta_samples_per_s_pct",
+]
 _OTHER_CSVS = {
     "loss_parity.csv": LOSS_PARITY_COLUMNS,
     "vram_per_card.csv": VRAM_PER_CARD_COLUMNS,
@@ -69,10 +90,11 @@ _OTHER_CSVS = {
     "capacity.csv": CAPACITY_COLUMNS,
 }
 _EXPECTED = "expected the summary.csv (or runs.csv) of a sweep's output directory"
+RUNS, SUMMARY_ONLY = "per-run data", "point estimates (a summary.csv without its runs.csv)"
 
 
 def read_csv(path: Path, expected: str = _EXPECTED) -> pd.DataFrame:
-    """The table of a CSV file with at least one row; ValueError (one line, ending in ``expected``) otherwise."""
+    """The table of a CSV file, whole, with at least one row; ValueError (one line) otherwise."""
     if path.is_dir():
         raise ValueError(
             f"{path}: is a directory; expected a summary.csv or runs.csv (e.g. {path / 'summary.csv'})"
@@ -92,11 +114,12 @@ def read_csv(path: Path, expected: str = _EXPECTED) -> pd.DataFrame:
         raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
     if df.empty:
         raise ValueError(f"{path}: no rows (a header only); {expected}")
+    check_whole(path)
     return df
 
 
 def check_table(df: pd.DataFrame, path: Path, kind: str, expected: str = _EXPECTED) -> pd.DataFrame:
-    """``df`` (a ``kind``) with its columns checked and its numeric ones as numbers."""
+    """``df`` (a ``kind``) with its columns checked, its numeric ones as numbers and its identity filled in."""
     needed = RUNS_NEEDED if kind == "runs.csv" else SUMMARY_NEEDED
     missing = [c for c in needed if c not in df.columns]
     if missing:
@@ -110,8 +133,22 @@ def check_table(df: pd.DataFrame, path: Path, kind: str, expected: str = _EXPECT
         blank = df[c].isna() | (df[c].astype(str).str.strip() == "")
         if blank.any():
             raise ValueError(f"{path}: line {_line(blank)}: no {c}; every row of a {kind} names its {c}")
-    for c in keys + [v for v in values if v in df.columns]:
+    optional_keys = [c for c in NUMERIC_KEYS if c not in keys and c in df.columns]
+    for c in keys + optional_keys + [v for v in values if v in df.columns]:
         df[c] = _numbers(df[c], path, c, required=c in keys)
+    if kind == "summary.csv":
+        _check_intervals(df, path)
+    return _with_identity(df)
+
+
+def _with_identity(df: pd.DataFrame) -> pd.DataFrame:
+    df = with_trainer(df)
+    for c in KEY_COLUMNS:
+        if c not in df.columns:
+            df[c] = _DEFAULTS.get(c, np.nan)
+        elif c in _DEFAULTS:
+            df[c] = pd.to_numeric(df[c], errors="coerce").fillna(_DEFAULTS[c])
+    df["workload_digest"] = df["workload_digest"].astype(object).where(df["workload_digest"].notna(), None)
     return df
 
 
@@ -130,6 +167,20 @@ def _numbers(col: pd.Series, path: Path, name: str, required: bool) -> pd.Series
     return num
 
 
+def _check_intervals(df: pd.DataFrame, path: Path) -> None:
+    for point, lo, hi in _INTERVALS:
+        if not {point, lo, hi} <= set(df.columns):
+            continue
+        slack = 1e-5 * df[point].abs() + 1e-9  # the CSV's 6 significant digits
+        outside = (df[lo] > df[point] + slack) | (df[hi] < df[point] - slack)
+        if outside.any():
+            i = outside.to_numpy().nonzero()[0][0]
+            raise ValueError(
+                f"{path}: line {i + 2}: {point} {df[point].iloc[i]:g} lies outside its own 95% CI "
+                f"[{df[lo].iloc[i]:g}, {df[hi].iloc[i]:g}]: the file was edited or damaged"
+            )
+
+
 def _line(mask: pd.Series) -> int:
     """The file line of the first row ``mask`` marks (the header is line 1)."""
     return int(mask.to_numpy().nonzero()[0][0]) + 2
@@ -144,73 +195,121 @@ def _which_csv(df: pd.DataFrame) -> str | None:
     return best if len(cols & known) / len(cols | known) >= 0.6 else None
 
 
-def load_summary(path: str | Path) -> pd.DataFrame:
-    """A summary table from a summary.csv or runs.csv; ValueError (one line, naming the file) otherwise.
+def _numeric_runs(checked: pd.DataFrame) -> pd.DataFrame:
+    text = RUNS_TEXT_COLUMNS | {"trainer", "workload_digest"}
+    return checked.assign(
+        **{c: pd.to_numeric(checked[c], errors="coerce") for c in checked.columns if c not in text}
+    )
 
-    ``attrs["runs"]``: per key, the samples/s of each ok run (empty when there are none);
-    ``attrs["warnings"]``: lines about a runs.csv beside the summary that was ignored.
-    """
+
+def _sweep_json(path: Path) -> dict | None:
+    doc = read_json(path.parent / "sweep.json")
+    return doc if isinstance(doc, dict) else None
+
+
+def _aggregate(runs: pd.DataFrame, sweep: dict | None) -> pd.DataFrame:
+    sweep = sweep or {}
+    eq = float(sweep.get("equivalence_pct") or 1.0)
+    table = summary_table(runs, precision=sweep.get("precision_targets") or {}, equivalence_pct=eq)
+    return _with_identity(table)
+
+
+def load_summary(path: str | Path) -> pd.DataFrame:
+    """One side of a comparison: a summary table from a summary.csv or runs.csv; ValueError (one
+    line, naming the file) otherwise. ``attrs``: "runs" (the runs in the statistics, or None),
+    "source" (RUNS or SUMMARY_ONLY), "versions" (PROVENANCE_COLUMNS -> values), "warnings"."""
     path = Path(path)
     raw = read_csv(path)
     kind = "runs.csv" if "run_id" in raw.columns else "summary.csv"
     checked = check_table(raw, path, kind)
+    runs = None
     if kind == "runs.csv":
-        text = RUNS_TEXT_COLUMNS | {"trainer"}
-        numeric = checked.assign(
-            **{c: pd.to_numeric(checked[c], errors="coerce") for c in checked.columns if c not in text}
-        )
-        df, runs, warning = with_trainer(summary_table(numeric)), per_run_values(checked), None
+        runs = _numeric_runs(checked)
+        df = _aggregate(runs, _sweep_json(path))
     else:
-        df = with_trainer(checked)
-        runs, warning = _runs_beside(path, df)
+        df = checked
+        beside = path.parent / "runs.csv"
+        if path.name == "summary.csv" and beside.exists():  # a sweep's own pair of files
+            expected = f"expected the runs.csv of the sweep whose {path.name} is beside it"
+            try:
+                runs = _numeric_runs(check_table(read_csv(beside, expected), beside, "runs.csv", expected))
+            except ValueError as e:
+                raise ValueError(f"{e} (the per-run data of {path}, which is judged from it)") from None
+            df = _verified(df, _aggregate(runs, _sweep_json(path)), path, beside)
     dup = df[df.duplicated(KEY_COLUMNS, keep=False)]
     if len(dup):
-        raise ValueError(
-            f"{path}: several rows share the key {KEY_COLUMNS}: {dup[KEY_COLUMNS].iloc[0].tolist()}"
-        )
-    df.attrs["runs"] = runs
-    df.attrs["warnings"] = [warning] if warning else []
+        raise ValueError(f"{path}: several rows share the workload {dup[KEY_COLUMNS].iloc[0].tolist()}")
+    df.attrs["runs"] = None if runs is None else _with_identity(runs[in_statistics(runs)])
+    df.attrs["source"] = SUMMARY_ONLY if runs is None else RUNS
+    df.attrs["versions"] = versions(runs if runs is not None else df)
+    df.attrs["warnings"] = []
     return df
 
 
-def _runs_beside(summary_path: Path, summary: pd.DataFrame) -> tuple[dict, str | None]:
-    """The per-run values of the runs.csv a sweep wrote next to its summary.csv, when it is there,
-    sound and the same sweep's; else none, with a warning line when one is there but unusable."""
-    path = summary_path.parent / "runs.csv"
-    if not path.exists():
-        return {}, None
-    ignored = f"ignored: no per-run values for {summary_path}, so its rows get no CI"
-    try:
-        expected = f"expected the runs.csv of the sweep whose {summary_path.name} is beside it"
-        values = per_run_values(check_table(read_csv(path, expected), path, "runs.csv", expected))
-    except ValueError as e:
-        return {}, f"{e}; {ignored}"
-    if "n_ok" in summary.columns:
-        for r in summary.itertuples():
-            key = tuple(key_value(getattr(r, c)) for c in KEY_COLUMNS)
-            have, want = len(values.get(key, [])), r.n_ok
-            if not math.isnan(want) and have != want:
-                return {}, (
-                    f"{path}: not the runs of the {summary_path.name} beside it ({have} ok runs of "
-                    f"{row_name(r)}, the summary counts {want:g}); {ignored}"
-                )
-    return values, None
+def versions(df: pd.DataFrame) -> dict[str, list[str]]:
+    """Per provenance column the table holds: its distinct values (tables.distinct_values)."""
+    return {c: distinct_values(df[c]) for c in PROVENANCE_COLUMNS if c in df.columns}
+
+
+def row_key(r) -> tuple:
+    """A row's identity (KEY_COLUMNS) as a hashable tuple: numbers as floats, blanks as None."""
+    values = [getattr(r, c) if not isinstance(r, dict) else r.get(c) for c in KEY_COLUMNS]
+    return tuple(None if _missing(v) else float(v) if isinstance(v, int | float) else v for v in values)
+
+
+def _verified(summary: pd.DataFrame, rebuilt: pd.DataFrame, path: Path, runs_path: Path) -> pd.DataFrame:
+    """The table rebuilt from the runs, once ``summary`` agrees with it row for row on the
+    identity and CHECKED; the CI columns the rebuild cannot know without sweep.json are the summary's."""
+    refused = (
+        "this summary is not the one built from those runs (edited, or another sweep's runs.csv beside it)"
+    )
+    given = {row_key(r): (i, r) for i, r in enumerate(summary.itertuples(index=False))}
+    built = {row_key(r): r for r in rebuilt.itertuples(index=False)}
+    extra = [k for k in given if k not in built]
+    lacking = [k for k in built if k not in given]
+    if extra or lacking:
+        what = (
+            f"line {given[extra[0]][0] + 2}: a workload {runs_path} has no run of"
+            if extra
+            else f"no row for {_named(lacking[0])}, which {runs_path} has"
+        )
+        raise ValueError(f"{path}: {what}: {refused}")
+    for k, (i, r) in given.items():
+        for c in CHECKED:
+            if c not in summary.columns:
+                continue
+            a, b = float(getattr(r, c)), float(getattr(built[k], c))
+            atol = (
+                0.005 if c.startswith("delta_") else 1e-9
+            )  # points: from runs.csv's 6 digits, not the full ones
+            if not (np.isnan(a) and np.isnan(b)) and not np.isclose(a, b, rtol=1e-5, atol=atol):
+                raise ValueError(f"{path}: line {i + 2}: {c} {a:g}, where {runs_path} gives {b:g}: {refused}")
+    if not (path.parent / "sweep.json").exists():
+        cis = [
+            c
+            for c in ("delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high")
+            if c in summary
+        ]
+        for c in cis:
+            by_key = {k: getattr(r, c) for k, (_, r) in given.items()}
+            rebuilt[c] = [by_key[row_key(r)] for r in rebuilt.itertuples(index=False)]
+    return rebuilt
+
+
+def _named(key: tuple) -> str:
+    return " ".join(f"{c} {v}" for c, v in zip(KEY_COLUMNS, key) if v is not None)
 
 
 def per_run_values(runs: pd.DataFrame | None) -> dict[tuple, list[float]]:
-    """KEY_COLUMNS -> samples/s of each ok run (the runs summary.csv's statistics count)."""
+    """Per identity (row_key): samples/s of each run of ``runs`` (a side's attrs["runs"])."""
+    out: dict[tuple, list[float]] = {}
     if runs is None:
-        return {}
-    runs = with_trainer(runs)
-    ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()].copy()
-    for c in _NUMERIC_KEYS:
-        ok[c] = pd.to_numeric(ok[c], errors="coerce")
-    return {
-        tuple(key_value(v) for v in key): list(g["samples_per_s"].astype(float))
-        for key, g in ok.groupby(KEY_COLUMNS, dropna=False)
-    }
+        return out
+    for r in runs.itertuples(index=False):
+        if not _missing(r.samples_per_s):
+            out.setdefault(row_key(r), []).append(float(r.samples_per_s))
+    return out
 
 
-def key_value(v):
-    """A key's value as the dictionaries of per-run values hold it (numbers as floats)."""
-    return float(v) if isinstance(v, int | float) else v
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))

@@ -96,7 +96,18 @@ def sweep_forest_rows(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=FOREST_COLUMNS)
 
 
-def _draw_delta(ax: Axes, rows: pd.DataFrame, y: np.ndarray, band_pct: float, xlabel: str) -> None:
+def _draw_delta(
+    ax: Axes,
+    rows: pd.DataFrame,
+    y: np.ndarray,
+    band_pct: float,
+    xlabel: str,
+    threshold_pct: float | None = None,
+) -> None:
+    if threshold_pct is not None:
+        ax.axvline(
+            -threshold_pct, color="tab:red", ls="--", lw=1.2, label=f"gate: fails below -{threshold_pct:g}%"
+        )
     if band_pct > 0:
         ax.axvspan(
             -band_pct, band_pct, color="tab:green", alpha=0.12, lw=0, label=f"±{band_pct:g}% equivalence band"
@@ -128,7 +139,8 @@ def _draw_delta(ax: Axes, rows: pd.DataFrame, y: np.ndarray, band_pct: float, xl
                 color=NO_POINT,
             )
             continue
-        err = [[r.delta_pct - r.ci_low], [r.ci_high - r.delta_pct]] if has_ci else None
+        # a point outside its interval (a damaged file's) is drawn with the bar clipped, never a crash
+        err = [[max(0.0, r.delta_pct - r.ci_low)], [max(0.0, r.ci_high - r.delta_pct)]] if has_ci else None
         ax.errorbar(
             r.delta_pct, yi, xerr=err, fmt="o", color=color, capsize=4, ms=6, mfc=color if has_ci else "white"
         )
@@ -162,7 +174,7 @@ def _draw_vram(ax: Axes, rows: pd.DataFrame, y: np.ndarray) -> None:
         if fmt.isnan(r.vram_gib):
             continue
         has_ci = not (fmt.isnan(r.vram_low) or fmt.isnan(r.vram_high))
-        err = [[r.vram_gib - r.vram_low], [r.vram_high - r.vram_gib]] if has_ci else None
+        err = [[max(0.0, r.vram_gib - r.vram_low)], [max(0.0, r.vram_high - r.vram_gib)]] if has_ci else None
         ax.errorbar(r.vram_gib, yi, xerr=err, fmt="s", color="tab:purple", capsize=4, ms=6)
         ax.annotate(r.vram_text, (max(r.vram_gib, r.vram_high if has_ci else r.vram_gib), yi), xytext=(6, 0),
                     textcoords="offset points", va="center", fontsize=9, bbox=LABEL_BOX)  # fmt: skip
@@ -171,7 +183,8 @@ def _draw_vram(ax: Axes, rows: pd.DataFrame, y: np.ndarray) -> None:
 
 
 def plot_forest(rows: pd.DataFrame, path: str | Path, title: str, band_pct: float = 1.0,
-                xlabel: str = "Δ samples/s vs baseline (%), paired 95% CI") -> Path:  # fmt: skip
+                xlabel: str = "Δ samples/s vs baseline (%), paired 95% CI",
+                threshold_pct: float | None = None) -> Path:  # fmt: skip
     """Draw ``rows`` (FOREST_COLUMNS) top to bottom: Δ (%) with CIs left, Δ peak VRAM right."""
     n = max(1, len(rows))
     fig = Figure(figsize=(12, 1.4 + 0.55 * n), layout="constrained")
@@ -181,7 +194,7 @@ def plot_forest(rows: pd.DataFrame, path: str | Path, title: str, band_pct: floa
         left.text(0.5, 0.5, "nothing to compare (no arm besides the baseline)", ha="center", va="center",
                   transform=left.transAxes, color="0.3")  # fmt: skip
     else:
-        _draw_delta(left, rows, y, band_pct, xlabel)
+        _draw_delta(left, rows, y, band_pct, xlabel, threshold_pct)
         _draw_vram(right, rows, y)
     left.set_yticks(y, list(rows["label"]), fontsize=9)
     left.set_ylim(-0.7, len(rows) - 0.3)
@@ -195,7 +208,8 @@ def compare_forest_rows(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for r in df[df["present"] == "both"].itertuples():
         lo, hi = r.samples_per_s_delta_pct_ci95_low, r.samples_per_s_delta_pct_ci95_high
-        pct_vram = 100 * fmt.num(r.peak_vram_delta_gib) / fmt.num(r.peak_vram_gib_a)
+        vram = r.vram_over_idle_b_minus_a_gib
+        pct_vram = 100 * fmt.num(vram) / fmt.num(r.vram_over_idle_gib_a)
         verdict = r.verdict if isinstance(r.verdict, str) else ""
         rows.append({
             "label": f"{cell_label(r)} · {r.arm}",
@@ -207,9 +221,9 @@ def compare_forest_rows(df: pd.DataFrame) -> pd.DataFrame:
             "ci_high": fmt.num(hi),
             "delta_text": delta_text(r.samples_per_s_delta_pct, lo, hi) or verdict or "no Δ",
             "verdict": verdict.replace("B ", "", 1),
-            "vram_gib": fmt.num(r.peak_vram_delta_gib),
+            "vram_gib": fmt.num(vram),
             "vram_low": np.nan,
             "vram_high": np.nan,
-            "vram_text": _vram_text(r.peak_vram_delta_gib, pct_vram),
+            "vram_text": _vram_text(vram, pct_vram),
         })  # fmt: skip
     return pd.DataFrame(rows, columns=FOREST_COLUMNS)

@@ -1,10 +1,12 @@
-"""The regression gate of `bench compare A B --fail-if-slower PCT`: each row of the comparison
-judged against the threshold on its 95% CI of B vs A (README, "The regression gate").
+"""The gates of `bench compare A B`: ``--fail-if-slower PCT`` judges each row's samples/s on its
+95% CI of B vs A; ``--fail-if-gain-drops POINTS`` judges each arm's gain over its baseline (B's
+paired Δ minus A's, bench/results/gain.py) on the CI of that difference (README, "The
+regression gate").
 
-A row fails when B is slower than A by more than PCT% with the whole CI below -PCT% (or when
-B has no ok run of a row A has); it passes when the whole CI lies above -PCT%; a CI across
--PCT% is inconclusive; a row without per-run values on both sides (or with too few runs, or
-only in A) cannot be decided, which is not a pass. One line per row, then one verdict.
+A row fails when the whole CI lies below the threshold (or, for speed, when B has no ok run of a
+row A has); it passes when the whole CI lies above it; a CI across it is inconclusive; a row
+without per-run values on both sides (point estimates), with too few runs, only in A, or of two
+different workloads cannot be decided, which is never a pass. One line per row, then one verdict.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench import fmt
+from bench.arms import AA, BASELINE
 from bench.results.columns import DEFAULT_TRAINER
 
 EXIT_FAILED = 3  # the gate failed (2 is bad input, 1 an environment fault)
 PASS, FAIL, INCONCLUSIVE, UNDECIDED = "pass", "fail", "inconclusive", "not decided"
+DIFFERENT = "different workloads"
 
 
 @dataclass(frozen=True)
@@ -30,16 +34,21 @@ class Decision:
     detail: str
 
 
-def parse_threshold(value: str | float) -> float:
-    """--fail-if-slower's PCT: a finite percentage in [0, 100); ValueError (one line) otherwise."""
+def parse_threshold(value: str | float, flag: str = "--fail-if-slower") -> float:
+    """A gate's threshold: a finite number in [0, 100); ValueError (one line) otherwise."""
     try:
         pct = float(value)
     except (TypeError, ValueError):
         pct = math.nan
     if not (math.isfinite(pct) and 0 <= pct < 100):
+        if flag == "--fail-if-slower":
+            raise ValueError(
+                f"--fail-if-slower: {value!r} is not a percentage in [0, 100) "
+                "(5 fails a row whose B is slower than A by more than 5%)"
+            )
         raise ValueError(
-            f"--fail-if-slower: {value!r} is not a percentage in [0, 100) "
-            "(5 fails a row whose B is slower than A by more than 5%)"
+            f"{flag}: {value!r} is not a number of points in [0, 100) "
+            "(2 fails an arm whose gain over its baseline is 2 points lower in B than in A)"
         )
     return pct
 
@@ -47,10 +56,26 @@ def parse_threshold(value: str | float) -> float:
 def row_name(r) -> str:
     """A comparison row as words: its cell's shape, then its arm."""
     trainer = "" if r.trainer == DEFAULT_TRAINER else f"{r.trainer} "
+    extra = ""
+    for col, tag in (("accumulation_steps", "acc"), ("num_anchors", "anchors")):
+        v = getattr(r, col, None)
+        if v is not None and not fmt.isnan(v):
+            extra += f" {tag}{fmt.integer(v)}"
+    nodes = getattr(r, "nodes", 1)
+    if not fmt.isnan(nodes) and fmt.num(nodes) > 1:
+        extra += f" nodes{fmt.integer(nodes)}"
     return (
-        f"{trainer}{r.profile} {r.mode} bs{fmt.integer(r.batch_size)} seq{fmt.integer(r.seq_len)} "
+        f"{trainer}{r.profile} {r.mode} bs{fmt.integer(r.batch_size)} seq{fmt.integer(r.seq_len)}{extra} "
         f"gpus{fmt.integer(r.gpus)} arm {r.arm}"
     )
+
+
+def _not_comparable(r, name: str) -> Decision | None:
+    if r.present == DIFFERENT:
+        return Decision(name, UNDECIDED, f"not compared: different workloads ({r.workloads_differ})")
+    if r.present == "A only":
+        return Decision(name, UNDECIDED, "only in A: B has no such row")
+    return None
 
 
 def decide(df: pd.DataFrame, pct: float, min_runs: int) -> list[Decision | None]:
@@ -62,8 +87,8 @@ def _decide_row(r, pct: float, min_runs: int) -> Decision | None:
     if r.present == "B only":
         return None
     name = row_name(r)
-    if r.present == "A only":
-        return Decision(name, UNDECIDED, "only in A: B has no such row")
+    if other := _not_comparable(r, name):
+        return other
     if math.isnan(r.samples_per_s_a):
         return Decision(name, UNDECIDED, "A has no ok run to hold B to")
     if math.isnan(r.samples_per_s_b):
@@ -73,52 +98,112 @@ def _decide_row(r, pct: float, min_runs: int) -> Decision | None:
         return Decision(
             name,
             UNDECIDED,
-            f"no per-run values for {' and '.join(lacking)} (no usable runs.csv beside its summary.csv): no CI",
+            f"point estimate only: no per-run data for {' and '.join(lacking)} (a summary.csv without its "
+            "runs.csv): no CI, no verdict",
         )
     if min(r.n_runs_a, r.n_runs_b) < min_runs:
         return Decision(
             name, UNDECIDED, f"too few runs for a CI ({r.n_runs_a:g} vs {r.n_runs_b:g}; {min_runs} a side)"
         )
-    lo, hi = r.samples_per_s_delta_pct_ci95_low, r.samples_per_s_delta_pct_ci95_high
+    return _on_ci(name, r.samples_per_s_delta_pct, r.samples_per_s_delta_pct_ci95_low,
+                  r.samples_per_s_delta_pct_ci95_high, pct, "%", "B slower by")  # fmt: skip
+
+
+def _on_ci(name: str, delta: float, lo: float, hi: float, limit: float, unit: str, slower: str) -> Decision:
     if math.isnan(lo) or math.isnan(hi):
         return Decision(name, UNDECIDED, "no CI")
     ci = f"[{lo:+.1f}, {hi:+.1f}]"
-    delta = r.samples_per_s_delta_pct
-    if hi < -pct:
-        return Decision(name, FAIL, f"B slower by {-delta:.1f}% {ci}")
-    if lo >= -pct:
-        return Decision(name, PASS, f"{delta:+.1f}% {ci}: CI above -{pct:g}%")
-    return Decision(name, INCONCLUSIVE, f"{delta:+.1f}% {ci}: the CI straddles -{pct:g}%")
+    if hi < -limit:
+        return Decision(name, FAIL, f"{slower} {-delta:.1f}{unit} {ci}")
+    if lo >= -limit:
+        return Decision(name, PASS, f"{delta:+.1f}{unit} {ci}: CI above -{limit:g}{unit}")
+    return Decision(name, INCONCLUSIVE, f"{delta:+.1f}{unit} {ci}: the CI straddles -{limit:g}{unit}")
+
+
+def decide_gain(df: pd.DataFrame, points: float, min_pairs: int) -> list[Decision | None]:
+    """Per non-baseline row: the gain gate's Decision on B's gain minus A's; None for the rest."""
+    out: list[Decision | None] = []
+    for r in df.itertuples():
+        if r.arm in (BASELINE, AA) or r.present == "B only":
+            out.append(None)
+            continue
+        name = row_name(r)
+        other = _not_comparable(r, name)
+        if other is None:
+            pairs = (fmt.num(r.n_pairs_a, 0), fmt.num(r.n_pairs_b, 0))
+            if math.isnan(r.gain_change_points):
+                other = Decision(
+                    name, UNDECIDED, "no paired gain on both sides (per-run data of both arms needed)"
+                )
+            elif min(pairs) < min_pairs:
+                other = Decision(
+                    name,
+                    UNDECIDED,
+                    f"too few pairs for a CI ({pairs[0]:g} vs {pairs[1]:g}; {min_pairs} a side)",
+                )
+        if other is None:
+            gain = (
+                f"gain {fmt.f(r.delta_samples_per_s_pct_a, '+.1f')}% in A, {fmt.f(r.delta_samples_per_s_pct_b, '+.1f')}% "
+                f"in B: "
+            )
+            d = _on_ci(name, r.gain_change_points, r.gain_change_points_ci95_low, r.gain_change_points_ci95_high,
+                       points, " points", "gain lower by")  # fmt: skip
+            other = Decision(d.name, d.outcome, gain + d.detail)
+        out.append(other)
+    return out
 
 
 def verdict(
-    decisions: list[Decision | None], pct: float, fail_if_inconclusive: bool = False
+    gates: list[tuple[str, list[Decision | None]]], fail_if_inconclusive: bool = False, within: str = ""
 ) -> tuple[list[str], str, int]:
-    """The gate's lines (a heading, one per row), its final line and the exit status:
-    0 passed, EXIT_FAILED failed, 2 when no row could be judged at all (the inputs cannot
-    answer: the final line is then an error's message)."""
-    rows = [d for d in decisions if d is not None]
-    lines = [
-        "",
-        f"Gate (--fail-if-slower {pct:g}): a row fails when B is slower than A by more than {pct:g}% "
-        f"with its whole 95% CI below -{pct:g}%",
-    ]
-    lines += [f"  {'FAILED' if d.outcome == FAIL else d.outcome:<12} {d.name}: {d.detail}" for d in rows]
-    by = {o: [d for d in rows if d.outcome == o] for o in (PASS, FAIL, INCONCLUSIVE, UNDECIDED)}
+    """The gates' lines (per gate a heading and one line per row), the final line and the exit
+    status: 0 passed, EXIT_FAILED failed, 2 when a gate could judge no row at all (the inputs
+    cannot answer: the final line is then an error's message)."""
+    lines: list[str] = []
+    everything: list[Decision] = []
+    for heading, decisions in gates:
+        rows = [d for d in decisions if d is not None]
+        lines += ["", heading]
+        lines += [f"  {'FAILED' if d.outcome == FAIL else d.outcome:<12} {d.name}: {d.detail}" for d in rows]
+        if not any(d.outcome in (PASS, INCONCLUSIVE, FAIL) for d in rows):
+            why = f", e.g. {rows[0].name}: {rows[0].detail}" if rows else ": no row is in both A and B"
+            flag = heading.split(")")[0].removeprefix("Gate (")
+            return (
+                lines,
+                (
+                    f"gate: {flag}: cannot decide any row ({len(rows)} not decided{why}); it needs rows of one "
+                    "workload in both A and B and the ok runs of each side in a runs.csv, given or beside each "
+                    "summary.csv"
+                ),
+                2,
+            )
+        everything += rows
+    by = {o: [d for d in everything if d.outcome == o] for o in (PASS, FAIL, INCONCLUSIVE, UNDECIDED)}
     if by[FAIL]:
         first = by[FAIL][0]
         more = len(by[FAIL]) - 1
         tail = f" (and {more} more row{'s' if more > 1 else ''})" if more else ""
         return lines, f"gate: FAILED: {first.name} {first.detail}{tail}", EXIT_FAILED
-    if not by[PASS] and not by[INCONCLUSIVE]:
-        why = f", e.g. {rows[0].name}: {rows[0].detail}" if rows else ": no row is in both A and B"
-        final = (
-            f"gate: cannot decide any row ({len(rows)} not decided{why}); it needs rows in both A and B "
-            "and the ok runs of each side in a runs.csv, given or beside each summary.csv"
-        )
-        return lines, final, 2
     counts = "".join(f"; {len(by[o])} {o}" for o in (INCONCLUSIVE, UNDECIDED) if by[o])
     if fail_if_inconclusive and (by[INCONCLUSIVE] or by[UNDECIDED]):
         return lines, f"gate: FAILED (--fail-if-inconclusive): {counts[2:]}", EXIT_FAILED
     n = len(by[PASS])
-    return lines, f"gate: passed ({n} row{'' if n == 1 else 's'} within -{pct:g}%{counts})", 0
+    return (
+        lines,
+        f"gate: passed ({n} row{'' if n == 1 else 's'} within {within or 'the thresholds'}{counts})",
+        0,
+    )
+
+
+def slower_heading(pct: float) -> str:
+    return (
+        f"Gate (--fail-if-slower {pct:g}): a row fails when B is slower than A by more than {pct:g}% "
+        f"with its whole 95% CI below -{pct:g}%"
+    )
+
+
+def gain_heading(points: float) -> str:
+    return (
+        f"Gate (--fail-if-gain-drops {points:g}): an arm fails when its gain over the baseline is lower "
+        f"in B than in A by more than {points:g} points with the whole 95% CI of the difference below -{points:g}"
+    )

@@ -253,14 +253,18 @@ def plot_capacity(runs: pd.DataFrame, capacity: pd.DataFrame, path: str | Path) 
     return save(fig, path)
 
 
-def plot_compare(df: pd.DataFrame, path: str | Path, label_a: str, label_b: str) -> Path:
+def plot_compare(
+    df: pd.DataFrame, path: str | Path, label_a: str, label_b: str, threshold_pct: float | None = None
+) -> Path:
     """`bench compare`'s figure: a forest plot of B vs A per row found in both, samples/s Δ (%)
     with its 95% CI (Welch, from the runs beside each summary; the point alone without them) and
-    the peak VRAM change beside it."""
+    the peak VRAM change beside it (over idle: gross polled memory holds what the card held before);
+    with ``threshold_pct``, the --fail-if-slower gate's line at -PCT%."""
     return plot_forest(
         compare_forest_rows(df),
         path,
         f"B vs A, per row found in both\nA: {label_a}\nB: {label_b}",
         band_pct=0.0,
         xlabel="Δ samples/s, B vs A (%), 95% CI (runs of two sweeps: unpaired, Welch)",
+        threshold_pct=threshold_pct,
     )

@@ -16,7 +16,7 @@ import pandas as pd
 from bench import fmt
 from bench.arms import AA, BASELINE
 from bench.results.forest import cell_label, delta_text
-from bench.results.tables import join_unique
+from bench.results.tables import distinct_values
 
 CONSOLE_WIDTH = 100
 PR_TABLE_HEADER = [
@@ -56,9 +56,42 @@ def _energy(r: Any) -> str:
     return f", {delta_text(point, lo, hi)} energy/sample"
 
 
-def delta_line(r: Any) -> str:
+def _precision(r: Any) -> str:
+    """``; missed the ±1-point target: ±1.81 (pair cap hit, 20 pairs wanted)`` when the cell asked for a
+    half-width its CI did not reach."""
+    target = getattr(r, "precision_target_pct", float("nan"))
+    half = getattr(r, "delta_samples_per_s_halfwidth_pct", float("nan"))
+    if fmt.isnan(target) or fmt.isnan(half) or half <= target:
+        return ""
+    why = []
+    if str(getattr(r, "hit_pair_cap", "")).lower() == "true":
+        wanted = getattr(r, "pairs_wanted", float("nan"))
+        why.append("pair cap hit" + ("" if fmt.isnan(wanted) else f", {fmt.integer(wanted)} pairs wanted"))
+    return f"; MISSED the ±{target:g}-point precision target: ±{half:.2f}" + (f" ({why[0]})" if why else "")
+
+
+def energy_coverage(runs: pd.DataFrame, cell_id: Any) -> str:
+    """`` (power integral at ~1 s, 9 of 12 runs; 3 n/a)``: where a cell's energies come from and how
+    many of its counted runs have one."""
+    if "energy_source" not in runs or "cell_id" not in runs:
+        return ""
+    ok = runs[(runs["cell_id"] == cell_id) & (runs["status"] == "ok") & runs["samples_per_s"].notna()]
+    if ok.empty:
+        return ""
+    src = ok["energy_source"].astype(str)
+    have = ok[ok["energy_j_per_sample"].notna()] if "energy_j_per_sample" in ok else ok.iloc[:0]
+    names = list(dict.fromkeys(s for s in src[have.index] if not s.startswith("n/a")))
+    if "power_interval_s" in have and "power integral" in names and have["power_interval_s"].notna().any():
+        names[names.index("power integral")] = f"power integral at ~{have['power_interval_s'].median():.2g} s"
+    missing = len(ok) - len(have)
+    tail = f"; {missing} n/a" if missing else ""
+    return f" ({', '.join(names) or 'no source'}, {len(have)} of {len(ok)} runs{tail})"
+
+
+def delta_line(r: Any, energy_note: str = "") -> str:
     """``liger vs baseline: +16.2% [+15.3, +17.2] throughput (6 pairs), -5.21 GiB [...] (-18.0%) peak
-    VRAM, loss parity pass (6/6)``; the verdict in words when there is no Δ."""
+    VRAM, loss parity pass (6/6)``; the verdict in words when there is no Δ. A precision target the
+    CI missed is said in the pairs' parenthesis; ``energy_note``: energy_coverage's."""
     speed = delta_text(
         r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low, r.delta_samples_per_s_pct_ci95_high
     )
@@ -68,8 +101,10 @@ def delta_line(r: Any) -> str:
     pairs = f"{fmt.integer(r.n_pairs)} pairs"
     if not verdict.startswith(("faster", "slower", "within")):
         pairs += f"; {verdict.split(':')[0]}"
+    pairs += _precision(r)
     parity = r.loss_parity if isinstance(r.loss_parity, str) else "n/a"
-    return f"{r.arm} vs baseline: {speed} throughput ({pairs}), {_vram(r)}{_energy(r)}, loss parity {parity}"
+    energy = _energy(r) + (energy_note if _energy(r) else "")
+    return f"{r.arm} vs baseline: {speed} throughput ({pairs}), {_vram(r)}{energy}, loss parity {parity}"
 
 
 def _headline(cell: pd.DataFrame) -> Any | None:
@@ -82,7 +117,7 @@ def machine_line(runs: pd.DataFrame) -> str:
     """``NVIDIA H200 × 1, driver 580.159.04 · torch 2.11.0+cu130 · liger-kernel 0.8.5 · commit 14a81195fd82``."""
 
     def val(col: str) -> str:
-        return join_unique(runs[col]) if col in runs else ""
+        return ", ".join(distinct_values(runs[col])) if col in runs else ""
 
     gpu = val("gpu_name") or "CPU"
     count = val("gpu_count")
@@ -127,7 +162,7 @@ def pr_summary(summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict) -> list[s
         ]
         head = _headline(cell)
         if head is not None:
-            lines += [f"{fmt.md(delta_line(head))}.", ""]
+            lines += [f"{fmt.md(delta_line(head, energy_coverage(runs, head.cell_id)))}.", ""]
     command = sweep.get("command")
     if isinstance(command, list):
         command = shlex.join(str(c) for c in command)
@@ -159,5 +194,5 @@ def console_summary(
             )
         for r in cell.itertuples():
             if r.arm != BASELINE:
-                lines += _wrap("  " + delta_line(r), width, indent="    ")
+                lines += _wrap("  " + delta_line(r, energy_coverage(runs, r.cell_id)), width, indent="    ")
     return lines

@@ -12,7 +12,6 @@ File layout and schemas: docs/run-contract.md. Numbers are kept at full precisio
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -30,11 +29,12 @@ from bench.results.columns import (
     CELL_COLUMNS,
     DEFAULT_TRAINER,
     METRIC_FIELDS,
-    OUTLIER_RATIO,
     STATE_FIELDS,
     VRAM_PER_CARD_COLUMNS,
 )
 from bench.results.energy import run_energy
+from bench.results.identity import odd_ones_out, plan_problem, workload_digest
+from bench.results.steps import numbered_rows, outlier_warning, retries_warning, step_problem
 
 NAN = float("nan")
 _REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")
@@ -42,8 +42,6 @@ _WORD_ARM_RE = re.compile(r"^(?P<cell_id>.+)_(?P<arm>[A-Za-z0-9]+)$")
 _ARMS_LONGEST_FIRST = sorted(ARM_NAMES, key=len, reverse=True)
 # cell.json's keys that say which run it is and how many steps are warm-up: checked, never guessed.
 IDENTITY_KEYS = ("run_id", "cell_id", "arm", "repeat", "warmup_steps")
-# metrics.jsonl's fields a throughput is computed from: each null or a finite number >= 0.
-THROUGHPUT_FIELDS = ("step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s")
 NOT_RUN = "not run"
 NOT_RUN_REASON = "planned in sweep.json, no run directory (not run yet, or its directory was removed)"
 _JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
@@ -76,8 +74,11 @@ class RunRecord:
     metrics: pd.DataFrame  # one row per optimizer step (METRIC_FIELDS), sorted by step
     vram: dict[str, Any] | None
     flag: tuple[str, str] | None = None  # (status, reason) instead of run.json's: error, or not run
-    bad_metric: str | None = None  # the first bad throughput value in metrics.jsonl ("step 3: ...")
+    bad_metric: str | None = (
+        None  # the first fact metrics.jsonl breaks ("metrics.jsonl line 4 (step 3): ...")
+    )
     planned_index: int | None = None  # the run's position in sweep.json's planned order
+    workload_digest: str | None = None  # bench/results/identity.py
 
     def _from_id(self, key: str) -> str | None:
         parsed = parse_run_id(self.run_id)
@@ -170,38 +171,32 @@ def _load_metrics(rows: list[dict]) -> pd.DataFrame:
     return df.drop_duplicates("step", keep="last").sort_values("step").reset_index(drop=True)
 
 
-def _bad_metric(rows: list[dict]) -> str | None:
-    """The first value a throughput is computed from (THROUGHPUT_FIELDS) that is not null and
-    not a finite number >= 0, as ``step 3: step_time_s = -0.2``; None when there is none."""
-    for row in rows:
-        for f in THROUGHPUT_FIELDS:
-            v = row.get(f)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-                return f"step {json.dumps(row.get('step'))}: {f} = {json.dumps(v)}"
-    return None
-
-
 def _object(doc: Any) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def load_run(d: Path, plan: Sequence[str] | None = None) -> RunRecord:
+def load_run(d: Path, plan: Sequence[str] | None = None, sweep: dict | None = None) -> RunRecord:
     """The record of one run directory; ``plan``: sweep.json's planned run order to check it
-    against (None: no plan)."""
+    against (None: no plan); ``sweep``: sweep.json, whose plan of the run's cell its cell.json
+    must match on every workload key (bench/results/identity.py)."""
     cell = read_json(d / "cell.json")
     problem = _identity_problem(d, cell, plan)
-    rows = read_jsonl(d / "metrics.jsonl")
+    if problem:
+        problem += ": its cell, arm and repeat are unconfirmed"
+    elif other := plan_problem(cell, sweep):
+        problem = f"{other}: a run of another workload, not counted"
+    rows = numbered_rows(d / "metrics.jsonl")
+    trusted = {} if problem else cell
     return RunRecord(
         run_dir=d,
-        cell={} if problem else cell,
+        cell=trusted,
         run=_object(read_json(d / "run.json")) or {},
-        metrics=_load_metrics(rows),
+        metrics=_load_metrics([r for _, r in rows]),
         vram=_object(read_json(d / "vram.json")),
-        flag=("error", f"{problem}: its cell, arm and repeat are unconfirmed") if problem else None,
-        bad_metric=_bad_metric(rows),
+        flag=("error", problem) if problem else None,
+        bad_metric=step_problem(rows, trusted) if trusted else None,
         planned_index=list(plan).index(d.name) if plan and d.name in plan else None,
+        workload_digest=workload_digest(trusted, sweep),
     )
 
 
@@ -238,7 +233,19 @@ def load_runs(sweep_dir: str | Path) -> list[RunRecord]:
     runs_dir = Path(sweep_dir) / "runs"
     dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
     plan = planned_order(sweep_dir)
-    records = [load_run(d, plan) for d in dirs]
+    sweep = read_json(Path(sweep_dir) / "sweep.json")
+    sweep = sweep if isinstance(sweep, dict) else None
+    records = [load_run(d, plan, sweep) for d in dirs]
+    if not (sweep or {}).get("cells"):  # no plan of the cells: each run held to the others of its cell
+        odd = odd_ones_out({r.run_id: r.cell for r in records if r.cell and not r.flag})
+        for r in records:
+            if r.run_id in odd:
+                r.flag, r.cell, r.bad_metric = (
+                    ("error", f"{odd[r.run_id]}: a run of another workload, not counted"),
+                    {},
+                    None,
+                )
+                r.workload_digest = None
     records += _not_run(runs_dir, plan or [], records)
     return sorted(records, key=lambda r: (fmt.num(r.order_index, math.inf), r.run_id))
 
@@ -384,6 +391,9 @@ def _provenance(rec: RunRecord) -> dict[str, Any]:
         "driver_version": prov.get("driver_version")
         or prov.get("rocm_version")
         or (rec.vram or {}).get("driver_version"),
+        "cuda_version": f"CUDA {prov['cuda']}"
+        if prov.get("cuda")
+        else (f"HIP {prov['hip']}" if prov.get("hip") else None),
         "torch_version": prov.get("torch"),
         "triton_version": prov.get("triton"),
         "transformers_version": prov.get("transformers"),
@@ -400,6 +410,7 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         "cell_id": rec.cell_id,
         **{c: rec.cell.get(c) for c in CELL_COLUMNS},
         "trainer": rec.trainer,
+        "workload_digest": rec.workload_digest,
         "arm": rec.arm,
         "repeat": rec.repeat,
         "order_index": rec.order_index,
@@ -429,7 +440,7 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
     elif m.empty:
         note = "no metrics logged"
     elif rec.bad_metric:
-        note = f"metrics.jsonl {rec.bad_metric}, not a finite number >= 0: excluded from throughput stats"
+        note = f"{rec.bad_metric}: excluded from throughput stats"
     elif isinstance(planned, int) and len(m) < planned:
         note = f"only {len(m)} of {planned} steps in metrics.jsonl: excluded from throughput stats"
     elif len(steady) < 2:
@@ -442,7 +453,11 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
     if rec.status == "ok" and not m.empty:
         row["loss_last"], row["accuracy_last"] = m["loss"].iloc[-1], m["accuracy"].iloc[-1]
     counted = note is None  # the allocator and outlier warnings are about runs in the statistics
-    warnings = [w for w in (_foreign(rec.vram), *((_retries(m), _outlier(steady)) if counted else ())) if w]
+    warnings = [
+        w
+        for w in (_foreign(rec.vram), *((retries_warning(m), outlier_warning(steady)) if counted else ()))
+        if w
+    ]
     row["note"] = "; ".join([note, *warnings] if note else warnings) or None
     return row
 
@@ -461,30 +476,3 @@ def _foreign(vram: dict | None) -> str | None:
     )
     more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
     return f"another process held memory on the cards: {seen}{more}; its numbers may be disturbed"
-
-
-def _retries(m: pd.DataFrame) -> str | None:
-    """The caching allocator had to free its cache and retry (slow steps; an OOM is near)."""
-    retries = m["alloc_retries"].max() if len(m) else NAN
-    if not retries or math.isnan(retries):
-        return None
-    return (
-        f"the allocator retried {int(retries)} allocation(s) after freeing its cache (slower steps, near OOM)"
-    )
-
-
-def _outlier(steady: pd.DataFrame) -> str | None:
-    """The steady step furthest over OUTLIER_RATIO x the run's median step time, if any."""
-    t = steady["step_time_s"].dropna()
-    if len(t) < 3:
-        return None
-    median = t.median()
-    worst = t.idxmax()
-    if not median > 0 or t[worst] <= OUTLIER_RATIO * median:
-        return None
-    step = int(steady.loc[worst, "step"])
-    return (
-        f"unstable: step {step} took {t[worst]:.3g} s, {t[worst] / median:.1f}x the run's median "
-        f"{median:.3g} s: a disturbed machine or a warm-up not over (its clocks are in this row; "
-        "raise warmup_steps if it is always an early step)"
-    )

@@ -29,6 +29,7 @@ from bench.results.columns import (
 )
 from bench.results.crosstrainer import trainers_section, trainers_table
 from bench.results.forest import plot_forest, sweep_forest_rows
+from bench.results.manifest import write_manifest
 from bench.results.method import (
     machine_state_line,
     method_section,
@@ -208,6 +209,7 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     paths.update(
         _write_training_parity(sweep_dir, sweep, in_statistics_records(records, tables["runs"]), tables, draw)
     )
+    paths["manifest.json"] = write_manifest(sweep_dir, [p for n, p in paths.items() if n.endswith(".csv")])
     main = main_table(tables["summary"], tables["runs"])
     text = render_markdown(sweep, sweep_dir, records, tables, main, drawn=draw)
     atomic_write_text(sweep_dir / "report.md", text)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench import fmt
 from bench.arms import BASELINE
 from bench.results import stats
 from bench.results.allocations import split_pair_notes, with_split_pairs
@@ -69,6 +70,14 @@ def _first(s: pd.Series) -> Any:
     return s.iloc[0] if len(s) else None
 
 
+def distinct_values(s: pd.Series) -> list[str]:
+    """The distinct non-null values in order of appearance, whole numbers as integers ("1", not
+    "1.0"), and one build of a package once: "2.11.0" is dropped beside "2.11.0+cu130"."""
+    vals = [fmt.integer(v) if isinstance(v, float) and float(v).is_integer() else str(v) for v in s.dropna()]
+    vals = list(dict.fromkeys(v for v in vals if v.strip()))
+    return [v for v in vals if not any(o != v and o.startswith(v + "+") for o in vals)]
+
+
 def join_unique(s: pd.Series) -> str | None:
     """The distinct non-null values, in order of appearance, joined by ", " (None when there are none)."""
     vals = [str(v) for v in dict.fromkeys(s.dropna())]
@@ -98,6 +107,7 @@ def summary_table(
         row = {
             "cell_id": cell_id,
             **{c: _first(prov[c]) for c in CELL_COLUMNS},
+            "workload_digest": _first(prov["workload_digest"]),
             "arm": arm,
             "n_runs": len(g),
             "n_ok": len(ok),
@@ -112,6 +122,7 @@ def summary_table(
             "s_per_step_ci95_high": sps_step[3],
             "peak_vram_gib": ok["peak_vram_gib"].mean(),
             "peak_vram_gib_max": ok["peak_vram_gib"].max(),
+            "peak_vram_delta_gib": ok["peak_vram_delta_gib"].mean(),
             "torch_peak_allocated_gib": ok["torch_peak_allocated_gib"].mean(),
             "torch_peak_reserved_gib": ok["torch_peak_reserved_gib"].mean(),
             "mfu_mean": ok["mfu"].mean(),

@@ -110,6 +110,7 @@ def cell_record(cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | N
         "loss_tolerance": cfg.loss_tolerance,
         "attention_backend": c.attention_backend,
         "train_config": c.train_config,
+        "config_sha256": c.config_sha256,
         "set": c.overrides,
         "cache_dir": str(cache_dir) if cache_dir is not None else None,
         "timeout_s": c.timeout_s,

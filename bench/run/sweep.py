@@ -86,6 +86,8 @@ def run_sweep(
     problem = preflight.hardware_problem(cfg, info)
     retried = failed_rounds(out_dir) if retry_failed else []
     if dry_run:
+        if resume and not force:  # what the real --resume refuses (a changed config), a dry run refuses too
+            check_out_dir(cfg, out_dir, resume, force)
         (
             dryrun.print_capacity_plan(cfg, out_dir, problem)
             if capacity
@@ -144,7 +146,9 @@ def execute_sweep(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict)
     runs = pilot
     todo = [r for r in pilot if not is_finished(run_dir(out_dir, r))]
     if len(todo) < len(pilot):
-        print(f"{len(pilot) - len(todo)} of {len(pilot)} runs already finished in {out_dir}")
+        failed = len(failed_rounds(out_dir))
+        retry = f" ({failed} round(s) hold a run that failed: --retry-failed re-runs them)" if failed else ""
+        print(f"{len(pilot) - len(todo)} of {len(pilot)} runs already finished in {out_dir}{retry}")
     session = None
     try:
         session = Session.open(cfg, out_dir, info)
@@ -165,7 +169,8 @@ def execute_sweep(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict)
     rc = console.report(out_dir)
     if failed and rc == 0:
         print(
-            f"{failed} of {len(runs)} runs did not finish ok (see report.md: 'Runs that did not finish ok')",
+            f"{failed} of {len(runs)} runs did not finish ok (see report.md: 'Runs that did not finish ok'); "
+            "--resume keeps them (they are finished): re-run their rounds with --retry-failed",
             file=sys.stderr,
         )
         return 1

@@ -184,6 +184,8 @@ def write_sweep_json(cfg, runs, out_dir, info, previous, argv, retried: list[dic
         "git_commit": git_commit(),
         # per cell with a precision target: its ci_halfwidth_pct, min_pairs, max_pairs (the report reads them)
         "precision_targets": cfg.precision_targets,
+        # per cell: the workload its runs' cell.json must hold (bench/results/identity.py checks them)
+        "cells": {c.cell_id: planned_cell(c) for c in cfg.cells},
         "equivalence_pct": cfg.equivalence_pct,
         "resumes": [],
     }
@@ -205,6 +207,16 @@ def write_sweep_json(cfg, runs, out_dir, info, previous, argv, retried: list[dic
             },
         ]
     atomic_write_json(out_dir / "sweep.json", doc)
+
+
+def planned_cell(c) -> dict:
+    """A cell's workload keys as its runs' cell.json records them (bench/run/execute.py)."""
+    return {
+        "trainer": c.trainer, "profile": c.profile, "mode": c.mode, "batch_size": c.batch_size,
+        "seq_len": c.seq_len, "accumulation_steps": c.accumulation_steps, "num_anchors": c.num_anchors,
+        "gpus": c.gpus, "nodes": c.nodes, "set": c.overrides, "train_config": c.train_config,
+        "steps": c.steps, "warmup_steps": c.warmup_steps, "config_sha256": c.config_sha256,
+    }  # fmt: skip
 
 
 def git_commit() -> str | None:

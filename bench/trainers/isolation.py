@@ -129,6 +129,7 @@ def _probe(python: str, env: dict[str, str]) -> dict[str, Any]:
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
+            errors="replace",  # output that is not UTF-8 must not raise UnicodeDecodeError
             timeout=PROBE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:

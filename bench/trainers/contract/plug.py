@@ -123,7 +123,12 @@ class ContractPlug:
         where = f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id})"
         try:
             r = subprocess.run(
-                argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL
+                argv,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=CHECK_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
             raise SweepError(
@@ -143,7 +148,12 @@ class ContractPlug:
         argv = self.check_command(cfg, cell, out_dir, cdir)
         try:
             r = subprocess.run(
-                argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL
+                argv,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=CHECK_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
             return f"its check did not answer in {CHECK_TIMEOUT_S:g} s"

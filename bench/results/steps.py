@@ -1,0 +1,165 @@
+"""metrics.jsonl checked against the run's own facts before a throughput is computed from it:
+every value a throughput is computed from null or a finite number >= 0 (a step time > 0); the
+samples of a step what the cell fixes (batch × accumulation × GPUs × nodes); steady step times
+within PLAUSIBLE_RATIO of the run's median; step numbers unique, contiguous from 1 and within the
+planned steps. ``step_problem`` names the first line that breaks one, with its value; the run
+then stays out of the statistics (records.run_row's note). And the warnings about a counted run's
+steps: allocator retries, an outlier step."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.results.columns import OUTLIER_RATIO
+
+# metrics.jsonl's fields a throughput is computed from: each null or a finite number >= 0.
+THROUGHPUT_FIELDS = ("step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s")
+# A steady step this many times shorter or longer than its run's median is no measurement (a slow
+# step of a disturbed machine, e.g. 12x, is one: it is counted, with the outlier warning).
+PLAUSIBLE_RATIO = 50.0
+
+
+def numbered_rows(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) of every complete JSON object of a JSONL file (a torn line is skipped)."""
+    out = []
+    try:
+        with open(path, errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    obj = json.loads(line) if line.strip() else None
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    out.append((n, obj))
+    except OSError:
+        return []
+    return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _where(n: int, row: dict) -> str:
+    return f"line {n} (step {json.dumps(row.get('step'))})"
+
+
+def _bad_value(rows: list[tuple[int, dict]]) -> str | None:
+    for n, row in rows:
+        for f in THROUGHPUT_FIELDS:
+            v = row.get(f)
+            if v is None:
+                continue
+            floor = "> 0" if f == "step_time_s" else ">= 0"
+            if not _number(v) or v < 0 or (f == "step_time_s" and v == 0):
+                return f"{_where(n, row)}: {f} = {json.dumps(v)}, not a finite number {floor}"
+    return None
+
+
+def _numbering(rows: list[tuple[int, dict]], planned: Any) -> str | None:
+    seen: dict[Any, int] = {}
+    expected = 1
+    for n, row in rows:
+        step = row.get("step")
+        if step in seen:
+            return f"line {n}: step {json.dumps(step)} again (first at line {seen[step]})"
+        seen[step] = n
+        if not _number(step) or step != expected:
+            what = "missing" if _number(step) and step > expected else "out of order"
+            return f"line {n}: step {json.dumps(step)} where step {expected} belongs (steps {what})"
+        if isinstance(planned, int) and step > planned:
+            return f"line {n}: step {step} beyond the {planned} steps the cell plans"
+        expected += 1
+    return None
+
+
+def samples_per_step(cell: dict) -> int | None:
+    """The samples one optimizer step takes, as the cell fixes them; None when it does not say."""
+    keys = [cell.get(k) for k in ("batch_size", "accumulation_steps", "gpus")]
+    if not all(_number(v) and v > 0 for v in keys):
+        return None
+    nodes = cell.get("nodes") if _number(cell.get("nodes")) else 1
+    return int(keys[0] * keys[1] * keys[2] * nodes)
+
+
+def _samples(rows: list[tuple[int, dict]], cell: dict) -> str | None:
+    want = samples_per_step(cell)
+    if want is None:
+        return None
+    for n, row in rows:
+        v = row.get("samples")
+        if v is not None and v != want:
+            acc, gpus, nodes = cell.get("accumulation_steps"), cell.get("gpus"), cell.get("nodes") or 1
+            return (
+                f"{_where(n, row)}: samples = {json.dumps(v)}, where the cell fixes {want} a step "
+                f"(batch {cell.get('batch_size')} × {acc} accumulation × {gpus} GPUs × {nodes} nodes)"
+            )
+    return None
+
+
+def _plausible(rows: list[tuple[int, dict]], warmup: int) -> str | None:
+    steady = [
+        (n, r)
+        for n, r in rows
+        if _number(r.get("step")) and r["step"] > warmup and _number(r.get("step_time_s"))
+    ]
+    times = [r["step_time_s"] for _, r in steady]
+    if len(times) < 2:
+        return None
+    median = statistics.median(times)
+    for n, row in steady:
+        t = row["step_time_s"]
+        if not median / PLAUSIBLE_RATIO <= t <= median * PLAUSIBLE_RATIO:
+            return (
+                f"{_where(n, row)}: step_time_s = {t:.4g}, not within 1/{PLAUSIBLE_RATIO:g} to "
+                f"{PLAUSIBLE_RATIO:g}× the run's median step {median:.4g} s"
+            )
+    return None
+
+
+def step_problem(rows: list[tuple[int, dict]], cell: dict) -> str | None:
+    """The first fact of metrics.jsonl (numbered rows) the run's own cell contradicts, as
+    ``metrics.jsonl line 5 (step 4): step_time_s = -0.4, not a finite number > 0``; None when none."""
+    warmup = cell.get("warmup_steps") if _number(cell.get("warmup_steps")) else 0
+    for check in (
+        _bad_value(rows),
+        _numbering(rows, cell.get("steps")),
+        _samples(rows, cell),
+        _plausible(rows, warmup),
+    ):
+        if check:
+            return f"metrics.jsonl {check}"
+    return None
+
+
+def retries_warning(m: pd.DataFrame) -> str | None:
+    """The caching allocator had to free its cache and retry (slow steps; an OOM is near)."""
+    retries = m["alloc_retries"].max() if len(m) else float("nan")
+    if not retries or math.isnan(retries):
+        return None
+    return (
+        f"the allocator retried {int(retries)} allocation(s) after freeing its cache (slower steps, near OOM)"
+    )
+
+
+def outlier_warning(steady: pd.DataFrame) -> str | None:
+    """The steady step furthest over OUTLIER_RATIO x the run's median step time, if any."""
+    t = steady["step_time_s"].dropna()
+    if len(t) < 3:
+        return None
+    median = t.median()
+    worst = t.idxmax()
+    if not median > 0 or t[worst] <= OUTLIER_RATIO * median:
+        return None
+    step = int(steady.loc[worst, "step"])
+    return (
+        f"unstable: step {step} took {t[worst]:.3g} s, {t[worst] / median:.1f}x the run's median "
+        f"{median:.3g} s: a disturbed machine or a warm-up not over (its clocks are in this row; "
+        "raise warmup_steps if it is always an early step)"
+    )
