@@ -75,7 +75,7 @@ SPECFORGE_VENV ?= .venv-specforge
 SPECFORGE_VERSION ?= 0.2.0
 SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
 
-.PHONY: install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env
+.PHONY: install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200
 
 install: $(STAMP)
 
@@ -119,6 +119,14 @@ bench-h200:
 bench-mi355x:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=rocm)
 	$(SWEEP) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+
+# Training parity: 200+ steps on learnable data, each arm against the A/A floor (docs/method.md).
+parity-cpu: $(INSTALL)
+	$(SWEEP) configs/cpu-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+
+parity-h200:
+	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
+	$(SWEEP) configs/h200-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 # make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir] [FAIL_IF_SLOWER=5]
 export A B OUT FAIL_IF_SLOWER FAIL_IF_GAIN_DROPS FORMAT

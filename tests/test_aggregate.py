@@ -514,7 +514,7 @@ def test_a_foreign_process_on_the_cards_flags_the_run_and_keeps_it_counted(tmp_p
 
 
 def test_allocator_retries_are_said():
-    from bench.results.steps import retries_warning as _retries
+    from bench.results.step_checks import retries_warning as _retries
 
     assert _retries(pd.DataFrame({"alloc_retries": [0.0, 0.0, 3.0]})) == (
         "the allocator retried 3 allocation(s) after freeing its cache (slower steps, near OOM)"

@@ -34,7 +34,7 @@ from bench.results.columns import (
 )
 from bench.results.energy import run_energy
 from bench.results.identity import odd_ones_out, plan_problem, workload_digest
-from bench.results.steps import numbered_rows, outlier_warning, retries_warning, step_problem
+from bench.results.step_checks import numbered_rows, outlier_warning, retries_warning, step_problem
 
 NAN = float("nan")
 _REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")

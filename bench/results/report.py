@@ -261,8 +261,10 @@ def render_markdown(
     lines += capacity_section(tables.get("capacity", pd.DataFrame()))
     lines += startup_section(runs, sweep.get("fork_server"))
     lines += loss_parity_section(tables["loss_parity"], records, runs)
-    if "training_parity" in tables:
-        lines += ["", *parity_section(tables["training_parity"], in_statistics_records(records, runs), sweep)]
+    parity = parity_section(
+        tables.get("training_parity", pd.DataFrame()), in_statistics_records(records, runs), sweep
+    )
+    lines += ["", *parity] if parity else []
     lines += ["", *not_ok_section(runs)]
     lines += ["", *plots_section(drawn)]
     return "\n".join(lines)

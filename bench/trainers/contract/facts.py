@@ -9,7 +9,7 @@ from typing import Any
 
 from bench.arms import LIGER_DEFAULT, Arm
 from bench.config import MODES
-from bench.trainers.contract.plug import CONTRACT_KEYS
+from bench.trainers.contract.plug import CONTRACT_KEYS, NAME
 
 # Keys of the training config the driver fixes per cell: another training config changes them.
 CELL_KEYS = {"profile": "use another training config", "mode": "use another training config"}
@@ -31,7 +31,7 @@ def contract_arm(arm: Arm) -> bool:
 
 class ContractReader:
     module = None  # the sweep names it: trainer_module
-    name = "contract"
+    name = NAME
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
         facts = profile_and_mode(train, cfg_path, where)

@@ -22,6 +22,7 @@ from bench.fileio import atomic_write_json, read_json
 from bench.procs.launcher import exit_text, now
 from bench.trainers.launch import module_launcher, set_args
 
+NAME = "contract"  # the trainer's registered name (a sweep's `trainer: contract`)
 CHECK_TIMEOUT_S = 120.0
 OOM_EXIT = 3  # the contract's exit status for an out-of-memory run
 # The run contract's keys, given as --set on every run (docs/run-contract.md): the cell's steps,
@@ -50,7 +51,7 @@ class ContractPlug:
     # what the warm fork server imports: ``imports`` (default: the module), plus on a GPU ``gpu_preload``
     imports: tuple[str, ...] = ()
     gpu_preload: tuple[str, ...] = ()
-    name: str = "contract"
+    name: str = NAME
 
     def missing_packages(self, cfg: SweepConfig) -> list[str]:
         return [m for m in self.packages if importlib.util.find_spec(m) is None]

@@ -1,0 +1,71 @@
+"""Training parity on the CPU: 200 steps of the tiny profile on learnable data, each arm held to
+the A/A floor window by window; an arm with deliberately wrong numerics is reported as not
+equivalent, a correct one as equivalent."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from bench.results.training_parity import TRAINING_PARITY_COLUMNS, divergence, windows
+from bench.run.sweep import run_sweep
+from bench.trainers.embedded import EmbeddedPlug
+from bench.trainers.embedded import keys as our_keys
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow
+CONFIG = REPO / "configs" / "cpu-parity.yaml"
+
+
+def test_windows_join_a_short_tail():
+    assert windows(list(range(1, 26)), 10) == [list(range(1, 11)), list(range(11, 26))]
+    assert windows(list(range(1, 31)), 10)[-1] == list(range(21, 31))
+
+
+def test_divergence_takes_the_largest_over_rounds():
+    base = {
+        1: pd.DataFrame({"loss": [1.0, 2.0]}, index=[1, 2]),
+        2: pd.DataFrame({"loss": [1.0, 2.0]}, index=[1, 2]),
+    }
+    arm = {
+        1: pd.DataFrame({"loss": [1.5, 2.0]}, index=[1, 2]),
+        2: pd.DataFrame({"loss": [1.0, 2.25]}, index=[1, 2]),
+    }
+    d = divergence({"baseline": base, "x": arm}, "x", "loss")
+    assert d.to_dict() == {1: 0.5, 2: 0.25}
+
+
+@pytest.fixture(scope="module")
+def parity_sweeps(tmp_path_factory):
+    """The CPU parity sweep as shipped, and once more with adamw_plain made wrong: its runs train in
+    bfloat16 instead of float32 (a deliberately wrong numerics arm; the baseline and A/A arms stay)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BENCH_NO_PLOTS", "1")
+    good = tmp_path_factory.mktemp("parity") / "good"
+    assert run_sweep(CONFIG, out=good) == 0
+    wrong_sets = lambda self, arm: {  # noqa: E731
+        **our_keys.arm_sets(arm),
+        **({"model.dtype": "bfloat16"} if arm.name == "adamw_plain" else {}),
+    }
+    mp.setattr(EmbeddedPlug, "arm_sets", wrong_sets)
+    bad = tmp_path_factory.mktemp("parity") / "bad"
+    assert run_sweep(CONFIG, out=bad) == 0
+    mp.undo()
+    return pd.read_csv(good / "training_parity.csv"), pd.read_csv(bad / "training_parity.csv"), good
+
+
+def test_a_correct_arm_is_equivalent_and_the_loss_really_falls(parity_sweeps):
+    good, _, out = parity_sweeps
+    assert list(good.columns) == TRAINING_PARITY_COLUMNS
+    assert set(good.metric) == {"loss", "accuracy", "grad_norm"} and set(good.arm) == {"adamw_plain"}
+    assert (good.steps_compared == 200).all() and (good.verdict == "equivalent").all()
+    assert (good.loss_drop_pct >= 30).all()  # the draft learns the chain: at least 30% below step 1
+    report = (out / "report.md").read_text()
+    assert "## Training parity (against the A/A floor)" in report and "| 200 |" in report
+
+
+def test_an_arm_with_wrong_numerics_is_not_equivalent(parity_sweeps):
+    _, bad, _ = parity_sweeps
+    loss = bad[bad.metric == "loss"].iloc[0]
+    assert loss.verdict.startswith("not equivalent: steps ")
+    assert loss.worst_rms_arm > loss.worst_allowed and loss.max_abs_delta_floor == 0  # a CPU's A/A: exact
