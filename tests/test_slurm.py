@@ -358,10 +358,13 @@ def test_srun_and_slurmstepd_lines_tell_slurm_s_end_of_a_step_from_the_run_s():
     )
     node = lost.classify([f"{stepd} DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], "4", 143, False)
     assert node.cause == "node"
-    cancelled = lost.classify(
-        [f"{stepd} ***", "srun: error: n2: task 1: Exited with exit code 143"], "4", 143, False
-    )
+    aborted = "srun: Job step aborted: Waiting up to 12 seconds for job step to finish."
+    cancelled = lost.classify([aborted, f"{stepd} ***", "srun: error: n2: task 1: Killed"], "4", 137, False)
     assert cancelled.cause == "cancelled" and "scancel, not by the driver" in cancelled.reason
+    # a rank that fails under --kill-on-bad-exit: srun ends the step itself (same CANCELLED line)
+    bad_exit = ["srun: error: n2: task 1: Exited with exit code 1", "srun: launch/slurm: _step_signal: "
+                "Terminating StepId=4.1", f"{stepd} ***"]  # fmt: skip
+    assert lost.classify(bad_exit, "4", 1, False) is None
     assert lost.classify([f"{stepd} ***"], "4", 143, True) is None  # the driver ended it: its timeout
     assert (
         lost.classify(

@@ -13,7 +13,10 @@ Measured on Slurm 22.05 (tests/test_slurm.py):
   job's end time has passed, before slurmctld's periodic check (every 30 s) ends it, every new
   step is refused: ``srun: error: Unable to create step for job J: Job/step already completing
   or completed`` (exit 1);
-- ``scancel JOB.STEP``: ``*** STEP J.S ON n1 CANCELLED AT ... ***`` with no cause.
+- ``scancel JOB.STEP``: ``srun: Job step aborted: Waiting up to 12 seconds for job step to
+  finish.`` and ``*** STEP J.S ON n1 CANCELLED AT ... ***`` with no cause; a task that fails
+  under ``--kill-on-bad-exit`` makes srun end the step, with the same CANCELLED line but no
+  "Job step aborted": the run's own error, not a loss.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ _LAUNCH_FAILED = re.compile(r"srun: error: Task launch for StepId=\S+ failed on 
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
 _CANCELLED = re.compile(r"\*\*\* (STEP|JOB) (\S+) ON (\S+) CANCELLED AT \S+(?: DUE TO ([A-Z][A-Z ]*[A-Z]))?")
 _NO_STEP = re.compile(r"srun: error: Unable to create step for job \S+: (.+)$")
+# srun's line when slurmctld cancels its step; absent when srun itself ended the step because a
+# task failed (--kill-on-bad-exit: "_step_signal: Terminating StepId=..." and the same CANCELLED)
+_ABORTED = "srun: Job step aborted"
 
 
 def classify(lines: list[str], job_id: str, rc: int, driver_ended: bool) -> Lost | None:
@@ -54,7 +60,7 @@ def classify(lines: list[str], job_id: str, rc: int, driver_ended: bool) -> Lost
     refused = next((m[1] for line in lines if (m := _NO_STEP.search(line))), None)
     if refused is not None:
         return _refused(refused, job_id, srun)
-    if cancelled:
+    if cancelled and any(_ABORTED in line for line in lines):  # from outside: not --kill-on-bad-exit
         what = "the job was cancelled" if any(m[1] == "JOB" for m in cancelled) else "the step was cancelled"
         return Lost("cancelled", f"Slurm: {what} (scancel, not by the driver; {srun})")
     return None
