@@ -1,4 +1,7 @@
-"""Command line: ``python -m bench sweep|capacity|submit|report|compare|kernels|detect``.
+"""Command line: ``python -m bench sweep|capacity|submit|status|report|compare|kernels|detect``.
+
+The sweep loop (bench.run) is handed its engine here: Slurm's (bench/slurm/slurm_engine.py), which
+runs like the local one outside an allocation.
 
 Bad input prints ``error: <one line>`` to stderr and exits 2, without a traceback.
 """
@@ -100,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--retry-failed", action="store_true", help=RETRY_HELP)
 
     _submit_parser(sub)
+    _status_parser(sub)
     p = sub.add_parser("report", help="rebuild CSVs, plots and report.md from a sweep's run directories")
     p.add_argument("dir", help="sweep output directory (holds runs/)")
 
@@ -172,9 +176,49 @@ def _submit_parser(sub) -> None:
     p.add_argument(
         "--signal-s", type=int, default=300, help="with --requeue: seconds before the time limit (300)"
     )
+    p.add_argument(
+        "--max-requeues",
+        type=int,
+        metavar="N",
+        help="with --requeue: requeue at most N times (default 3); never after an allocation that finished no run",
+    )
+    p.add_argument(
+        "--setup",
+        metavar="FILE",
+        help="shell lines run in the batch script before the driver (module load, venv or conda activation, "
+        "NCCL variables); what they export reaches every step",
+    )
+    p.add_argument(
+        "--setup-line",
+        action="append",
+        metavar="LINE",
+        help="one more setup line, after --setup's (repeatable)",
+    )
+    p.add_argument(
+        "--srun-option",
+        action="append",
+        dest="srun_options",
+        metavar="OPTION",
+        help="an srun option for every run's job step, one word, e.g. --container-image=IMG, --mpi=pmix, "
+        "--cpu-bind=cores (repeatable)",
+    )
     p.add_argument("--rdzv-port", type=int, help="the rendezvous port on the first node (default 29400)")
     p.add_argument("--resume", action="store_true", help="submit the resumption of an unfinished sweep")
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="submit the resumption, whose first start re-runs the failed rounds as `sweep --retry-failed` does",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the batch script; write and submit nothing")
+
+
+def _status_parser(sub) -> None:
+    p = sub.add_parser(
+        "status",
+        help="a sweep's state: its Slurm job, runs done of planned, the run in flight and its last log lines",
+    )
+    p.add_argument("dir", help="sweep output directory (of `bench sweep` or `bench submit`)")
+    p.add_argument("--lines", type=int, default=5, help="last lines of the running run's log to show (5)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +244,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         if args.command in ("sweep", "capacity"):
             from bench.run.sweep import run_sweep
+            from bench.slurm.slurm_engine import SlurmEngine
 
             return run_sweep(
                 args.config,
@@ -209,11 +254,16 @@ def _main(argv: list[str] | None) -> int:
                 dry_run=args.dry_run,
                 capacity=args.command == "capacity",
                 retry_failed=getattr(args, "retry_failed", False),
+                engine=SlurmEngine(),
             )
         if args.command == "submit":
             from bench.slurm.submit import submit
 
             return submit(**{k: v for k, v in vars(args).items() if k != "command"})
+        if args.command == "status":
+            from bench.slurm.status import show_status
+
+            return show_status(Path(args.dir), args.lines)
         if args.command == "report":
             from bench.run.console import report
 

@@ -32,6 +32,8 @@ and from the environment (so that one sweep of a config can differ from another)
                              (exit 1): a transient failure that the next sweep need not repeat
     FAKE_ENOSPC_RUNS=a,b     runs whose output directory is named a or b fail as on a full disk
                              (OSError ENOSPC, exit 1) before step 1
+    FAKE_RECORD_ENV=A,B      record these environment variables' values in run.json's "env" (what
+                             reached the trainer: a Slurm step's setup exports, srun --export)
 The loss depends only on the step and the seed, so both arms agree (loss parity).
 """
 
@@ -173,6 +175,8 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
         "objective": "fake",
         "provenance": {"hostname": os.uname().nodename, "gpu_names": [], "gpu_count": 0},
     }
+    if os.environ.get("FAKE_RECORD_ENV"):
+        run["env"] = {k: os.environ.get(k) for k in os.environ["FAKE_RECORD_ENV"].split(",")}
     if fake.get("allreduce"):
         run.update(_allreduce(rank))
     if rank == 0:

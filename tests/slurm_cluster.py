@@ -11,8 +11,14 @@ directory with o+x and named by AuthInfo=socket=; MinJobAge=5 and a scheduler wi
 that jobs start and leave the queue at once; cred_expire=5 and sched_interval=1 so that a
 requeued job starts again ~6 s later (not 121 s: Slurm holds it for cred_expire + 1 s, and
 starting it earlier fails with "Job credential revoked"); EnforcePartLimits=ALL so that an impossible request
-is refused, not left pending; ports checked free first, and every wait against a deadline (a
-port held by a silent listener makes scontrol hang ~10 s per try).
+is refused, not left pending; MessageTimeout=5 so that a step launched onto a node whose slurmd was
+killed fails in ~5 s (``kill_slurmd``/``start_slurmd``: a node lost and back); ports checked free
+first, and every wait against a deadline (a port held by a silent listener makes scontrol hang
+~10 s per try).
+
+Two clusters on one machine (two test sessions, two worktrees) never meet: every port is a free
+one picked at start (``free_ports``), every file (munge's socket and key, state, spool, logs)
+lives in the cluster's own temporary directory, and the ClusterName carries this process's id.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
@@ -31,6 +38,7 @@ COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scancel", "scont
 NODES = ("n1", "n2")
 CPUS_PER_NODE = 2
 KILL_WAIT_S = 10  # Slurm's SIGTERM -> SIGKILL grace for a cancelled job (the default is 30)
+MESSAGE_TIMEOUT_S = 5  # a launch onto a node whose slurmd is gone fails after this (the default is 10)
 INSTALL_TIMEOUT_S = 300
 
 
@@ -108,6 +116,8 @@ def _conf(root: Path, ports: list[int]) -> str:
         "MpiDefault=none",
         "ReturnToService=2",
         "MinJobAge=5",
+        f"MessageTimeout={MESSAGE_TIMEOUT_S}",
+        "SlurmctldDebug=debug2",  # its log says when it checks time limits (Cluster.expire)
         f"KillWait={KILL_WAIT_S}",
         "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1",
         "EnforcePartLimits=ALL",
@@ -163,6 +173,49 @@ class Cluster:
         self._wait(self._idle, timeout_s, "both nodes idle")
         self.up_s = time.monotonic() - t0
         return self
+
+    def kill_slurmd(self, node: str) -> None:
+        """Kill node's slurmd (SIGKILL, by its pid), as a node that dies: its running steps' slurmstepd
+        go on; Slurm cannot launch anything there until ``start_slurmd``."""
+        proc = self.procs[f"slurmd-{node}"]
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def start_slurmd(self, node: str, timeout_s: float = 30.0) -> None:
+        """Start node's slurmd again and wait until slurmctld has heard from it (its SlurmdStartTime
+        changed) and the node is up again (ReturnToService=2)."""
+        before = self.node(node).get("SlurmdStartTime")
+        self._daemon(f"slurmd-{node}", [_which("slurmd"), "-D", "-N", node, "-f", str(self.conf)])
+
+        def back() -> bool:
+            now = self.node(node)
+            state = now.get("State", "")
+            return now.get("SlurmdStartTime") not in (None, before) and not any(
+                s in state for s in ("DOWN", "NOT_RESPONDING")
+            )
+
+        self._wait(back, timeout_s, f"{node} back")
+
+    def expire(self, job: str, margin_s: float = 10.0) -> None:
+        """Make the job's time limit pass now (TimeLimit=0: its end time becomes now), at least
+        ``margin_s`` before slurmctld's next time-limit check (every 30 s; debug2 logs each) ends it:
+        until then the job runs on, and srun is refused new steps, as after a real time limit."""
+        log = self.root / "log" / "slurmctld.log"
+        end = time.monotonic() + 40
+        while time.monotonic() < end:
+            lines = log.read_text().splitlines()  # no check yet: the first comes 30 s after the start
+            checks = [ln for ln in lines if "Testing job time limits" in ln] or lines[:1]
+            last = datetime.fromisoformat(checks[-1][1:24]) if checks else None
+            if last is not None and (datetime.now() - last).total_seconds() < 30 - margin_s:
+                break
+            time.sleep(0.2)
+        r = self.call("scontrol", "update", f"JobId={job}", "TimeLimit=0")
+        assert r.returncode == 0, r.stderr
+
+    def node(self, name: str) -> dict[str, str]:
+        """``scontrol show node`` of one node, as key=value pairs."""
+        out = self.call("scontrol", "show", "node", "--oneliner", name, timeout_s=5).stdout
+        return dict(f.split("=", 1) for f in out.split() if "=" in f)
 
     def _idle(self) -> bool:
         states = self.call("sinfo", "--noheader", "--Node", "--format=%N %t", timeout_s=3).stdout.split()

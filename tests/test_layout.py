@@ -1,4 +1,5 @@
-"""The code's shape: no import cycle, arrows pointing one way, small modules and functions.
+"""The code's shape: no import cycle, arrows pointing one way, no two packages importing each
+other, small modules and functions.
 
 Imports are read with ``ast`` (function-local ones included: a lazy import still ties two
 modules together), so a cycle fails here, not at an unlucky import order at run time.
@@ -24,7 +25,8 @@ LAYERS = [
     ("bench.config",),
     ("bench.probe", "bench.results", "bench.procs"),
     ("bench.trainers",),
-    ("bench.run", "bench.slurm"),  # slurm: runs as job steps, `bench submit` (uses run's sweepdir)
+    ("bench.run",),  # the run loop: handed its engine (bench/run/engine.py), it never names Slurm
+    ("bench.slurm",),  # an engine of the run loop (job steps, stop signals), `bench submit`, status
     ("bench.kernels",),
     ("bench.__main__",),
 ]

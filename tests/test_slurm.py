@@ -1,16 +1,20 @@
 """Slurm as the suite's engine: ``bench submit`` against a real Slurm (tests/slurm_cluster.py: munged,
 slurmctld and two slurmd on this machine) — one two-node CPU sweep, each run a job step over both
-nodes, cancelled mid-run, resumed, requeued on the signal before the time limit and finished,
-its hung runs ended by scancel (one test: every job start costs the driver's imports) — and,
-without a cluster, the batch script, the refusals, a node's summary read from stdout, a dying
-rank's reason, the flag on pairs split across allocations and the step control. The fake
-trainer (tests/fake_trainer.py) keeps every run to a few seconds."""
+nodes, cancelled mid-run, resumed, requeued on the signal before the time limit, signalled again
+past its requeue bound, and finished, its hung runs ended by scancel; another whose runs are lost
+to a dead slurmd and to a time limit, never final, redone by resume, with setup lines and srun
+options reaching its steps and ``bench status`` reading it (every job start costs the driver's
+imports: few jobs) — and, without a cluster, the batch script, the refusals (limits that could
+loop, lines that could inject), srun's and slurmstepd's lines read, a node's summary read from
+stdout, a dying rank's reason, the flag on pairs split across allocations and the step control.
+The fake trainer (tests/fake_trainer.py) keeps every run to a few seconds."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -25,7 +29,8 @@ from bench.fileio import read_json, read_jsonl
 from bench.probe import nodevram
 from bench.results.allocations import split_pair_notes
 from bench.results.records import load_runs
-from bench.slurm import alloc, steps
+from bench.run.sweepdir import is_finished
+from bench.slurm import alloc, lost, steps
 from bench.slurm.alloc import current
 from bench.trainers import load_config, outcome
 from tests.slurm_cluster import Cluster, free_ports, unavailable
@@ -40,7 +45,7 @@ RDZV_VARS = ("BENCH_RDZV_ENDPOINT", "MASTER_ADDR", "MASTER_PORT", "BENCH_RDZV_PO
 def clean_env(monkeypatch):
     """Not inside an allocation, no rendezvous from the machine running the tests, the repo as cwd
     (the batch script runs the sweep there: `-m tests.fake_trainer`)."""
-    for var in (*SLURM_VARS, *RDZV_VARS, "FAKE_BLOCK_AFTER_RUNS", "FAKE_BLOCK_FILE"):
+    for var in (*SLURM_VARS, *RDZV_VARS, "FAKE_BLOCK_AFTER_RUNS", "FAKE_BLOCK_FILE", "FAKE_RECORD_ENV"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(REPO)
 
@@ -103,15 +108,18 @@ def runs_csv(out: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_bench_submit_runs_a_two_node_sweep_through_a_cancel_and_a_requeue(cluster, tmp_path, monkeypatch):
-    """One sweep, three starts: its first job is cancelled in the second run (scancel: SIGTERM to
-    the driver and to the step); `bench submit --resume --requeue` resumes it, and its driver,
-    given the signal Slurm sends before the time limit in that same run, requeues its job; the
-    requeued job finishes the sweep, its hung runs ended by scancel of their steps. Each run is a
-    job step over both nodes: one gloo world, both nodes polled, every run once in runs.csv, the
-    pair split across two allocations flagged."""
+def test_bench_submit_runs_a_two_node_sweep_through_a_cancel_and_a_bounded_requeue(
+    cluster, tmp_path, monkeypatch
+):
+    """One sweep, four starts: its first job is cancelled in the second run (scancel: SIGTERM to
+    the driver and to the step); `bench submit --resume --requeue --max-requeues 1` resumes it,
+    and its driver, given the signal Slurm sends before the time limit in the third run (one run
+    finished in that allocation), requeues its job; given it again in the requeued start, it is
+    past its bound and does not requeue; a last `--resume` finishes the sweep, its hung runs
+    ended by scancel of their steps. Each run is a job step over both nodes: one gloo world, both
+    nodes polled, every run once in runs.csv, the pairs split across allocations flagged."""
     tc = train_configs(tmp_path)
-    hung = {**cell(tc, 64, **{"fake.hang": True}), "timeout_s": 3}  # ended while its agents start, or hang
+    hung = {**cell(tc, 64, **{"fake.hang": True}), "timeout_s": 4}  # ended while its agents start, or hang
     cells = [cell(tc, **{"fake.allreduce": True}), hung]
     config = two_node_sweep(tmp_path, cells, arms=["baseline", "aa"], timeout_s=60)
     order = [r.run_id for r in plan(load_config(config))]  # pair by pair: the allreduce cell's first
@@ -151,48 +159,219 @@ def test_bench_submit_runs_a_two_node_sweep_through_a_cancel_and_a_requeue(clust
     assert sorted(printed) == ["0", "1"] and all("summary" in kinds for kinds in printed.values())
     assert {k["start"]["slurm"]["slurm_node"] for k in printed.values()} == {"n1", "n2"}
 
-    second = submit(cluster, monkeypatch, config, out, "--resume", "--requeue")
-    assert "#SBATCH --signal=B:USR1@300" in (out / "slurm" / "batch.sh").read_text()
-    wait_for(lambda: step_running(cluster, second, stopped.name), 90, cluster, second, "job step of run 2")
+    gate.unlink()  # run 2 finishes in the next allocation, then come the hung cell's runs
+    second = submit(cluster, monkeypatch, config, out, "--resume", "--requeue", "--max-requeues", "1")
+    batch = (out / "slurm" / "batch.sh").read_text().splitlines()
+    assert "#SBATCH --signal=B:USR1@300" in batch and "export BENCH_SLURM_MAX_REQUEUES=1" in batch
+    hung1, hung2 = runs[order[2]], runs[order[3]]
+    wait_for(lambda: step_running(cluster, second, hung1.name), 90, cluster, second, "job step of run 3")
     # what Slurm does --signal-s seconds before the time limit: SIGUSR1 to the batch shell, the driver
     assert cluster.call("scancel", "--batch", "--signal=USR1", second).returncode == 0
-    cluster.wait_job(second, 30, until=("PENDING",))  # requeued by its driver
-    launch = read_json(stopped / "launch.json")
+    cluster.wait_job(second, 30, until=("PENDING",))  # requeued by its driver: run 2 finished here
+    launch = read_json(hung1 / "launch.json")
     assert "exit_code" not in launch and launch["slurm"]["ended_by"][0].startswith("scancel --signal=TERM")
     assert (
         launch["slurm"]["step_id"].startswith(f"{second}.") and launch["slurm"]["step_nodelist"] == "n[1-2]"
     )
-    gate.unlink()
-    # Slurm holds a requeued job for AuthInfo's cred_expire + 1 s (the default 120 s; here 5 s)
-    assert cluster.wait_job(second, 120) == "FAILED", job_log(out, second)  # two runs timed out: exit 1
+    # the requeued start (Slurm holds it for AuthInfo's cred_expire + 1 s: the default 121 s, here
+    # 6 s) redoes run 3; the signal again in run 4: one requeue was the bound
+    wait_for(lambda: step_running(cluster, second, hung2.name), 120, cluster, second, "job step of run 4")
+    assert cluster.call("scancel", "--batch", "--signal=USR1", second).returncode == 0
+    assert cluster.wait_job(second, 30) == "FAILED", job_log(out, second)  # exit 138
     log = job_log(out, second)
-    assert "Slurm sent SIGUSR1 (the time limit is near): the sweep stopped cleanly; requeuing job" in log
-    assert f"bench: job {second} (start 1) on n[1-2]" in log and "1 of 4 runs already finished" in log
-    assert "2 of 4 runs did not finish ok" in log
+    assert (
+        f"Slurm sent SIGUSR1 (the time limit is near): the sweep stopped cleanly; requeuing job {second} "
+        "(requeue 1 of at most 1)" in log
+    )
+    assert f"bench: job {second} (start 1) on n[1-2]" in log and "2 of 4 runs already finished" in log
+    assert f"not requeued: job {second} was requeued 1 time already (--max-requeues 1)" in log
+    third = submit(cluster, monkeypatch, config, out, "--resume")
+    assert cluster.wait_job(third, 60) == "FAILED", job_log(out, third)  # two runs timed out: exit 1
+    assert "2 of 4 runs did not finish ok" in job_log(out, third)
 
     for timed in order[
         2:
     ]:  # the hung cell's runs: each step ended by scancel, each wrapper's summary written
         doc, step = read_json(runs[timed] / "run.json"), read_json(runs[timed] / "launch.json")["slurm"]
-        assert doc["status"] == "timeout" and doc["reason"].startswith("timed out after 3 s"), doc
+        assert doc["status"] == "timeout" and doc["reason"].startswith("timed out after 4 s"), doc
         assert step["ended_by"] == [f"scancel --signal=TERM {step['step_id']}"]  # SIGTERM was enough
         nodes = read_json(runs[timed] / "vram.json")["nodes"]
         assert [n["status"] for n in nodes] == ["unavailable", "unavailable"], nodes
     rows = runs_csv(out)
-    assert [r["run_id"] for r in rows] == order and [r["status"] for r in rows] == [
-        "ok",
-        "ok",
-        "timeout",
-        "timeout",
+    assert [r["run_id"] for r in rows] == order
+    assert [r["status"] for r in rows] == ["ok", "ok", "timeout", "timeout"]
+    allocations = [first, second, f"{second}+r1", third]
+    assert [read_json(p / "cell.json")["slurm"]["allocation"] for p in runs.values()] == allocations
+    for pair, (a, b) in ((rows[:2], allocations[:2]), (rows[2:], allocations[2:])):
+        spans = f"its pair spans Slurm allocations {', '.join(sorted([a, b]))}"
+        assert all(spans in (r["note"] or "") for r in pair), pair
+
+
+def launched(rdir: Path) -> bool:
+    return "exit_code" in (read_json(rdir / "launch.json") or {})
+
+
+@pytest.mark.slow
+def test_runs_lost_to_a_dead_node_and_to_the_time_limit_are_redone_by_resume(
+    cluster, tmp_path, monkeypatch, capsys
+):
+    tc = train_configs(tmp_path)
+    config = two_node_sweep(tmp_path, [cell(tc)], arms=["baseline", "aa"], repeats=2, timeout_s=60)
+    order = [r.run_id for r in plan(load_config(config))]
+    out, gate, reached = tmp_path / "out", tmp_path / "gate", tmp_path / "gate.reached"
+    runs = [out / "runs" / run_id for run_id in order]
+
+    # job 1: n2's slurmd dies while run 1 runs; run 1 ends ok (its slurmstepd lives on), run 2
+    # cannot start on n2: lost, the sweep stops, nothing final is wrong
+    gate.touch()
+    first = submit(cluster, monkeypatch, config, out, FAKE_BLOCK_AFTER_RUNS="0", FAKE_BLOCK_FILE=str(gate))
+    wait_for(reached.exists, 90, cluster, first, "run 1 under way")
+    cluster.kill_slurmd("n2")
+    gate.unlink()
+    wait_for(lambda: launched(runs[1]), 60, cluster, first, "run 2's end")
+    assert read_json(runs[0] / "run.json")["status"] == "ok"
+    doc = read_json(runs[1] / "run.json")
+    assert (doc["status"], doc["lost_cause"], doc["run_status"]) == ("lost", "node", "error"), doc
+    assert doc["reason"].startswith("Slurm: node n2 failed (task launch: Communication connection failure")
+    assert not is_finished(runs[1])
+    cluster.start_slurmd("n2")  # the job ends once n2 answers again
+    assert cluster.wait_job(first, 30) == "FAILED"  # exit 75: the sweep is unfinished
+    log = job_log(out, first)
+    assert f"the sweep stopped: {order[1]}: Slurm: node n2 failed" in log
+    assert f"resume with: sbatch {out}/slurm/batch.sh" in log and not (out / "runs.csv").exists()
+
+    # job 2, with setup lines and an srun option: the time limit passes while run 2 runs; run 2
+    # ends ok, run 3 is refused its step: lost, the sweep stops
+    setup = tmp_path / "setup.sh"
+    setup.write_text("# the site's setup\nexport BENCH_SETUP_MARK='from setup'\n")
+    gate.touch()
+    reached.unlink()
+    flags = [
+        "--resume",
+        "--time",
+        "10",
+        "--setup",
+        str(setup),
+        "--srun-option=--export=ALL,BENCH_SRUN_MARK=from-srun",
     ]
-    assert [read_json(p / "cell.json")["slurm"]["allocation"] for p in runs.values()] == [first] + [
-        f"{second}+r1"
-    ] * 3
-    spans = f"its pair spans Slurm allocations {', '.join(sorted([first, f'{second}+r1']))}"
-    assert [spans in (r["note"] or "") for r in rows] == [True, True, False, False], rows
+    second = submit(
+        cluster, monkeypatch, config, out, *flags, FAKE_BLOCK_AFTER_RUNS="1",
+        FAKE_RECORD_ENV="BENCH_SETUP_MARK,BENCH_SRUN_MARK",
+    )  # fmt: skip
+    wait_for(reached.exists, 90, cluster, second, "run 2 under way")
+    assert main(["status", str(out), "--lines", "3"]) == 0
+    status = capsys.readouterr().out
+    assert f"job:     {second} RUNNING, for " in status and f"(earlier: {first})" in status, status
+    assert "runs:    1 of 4 planned finished (1 ok)" in status
+    assert f"in flight: {order[1]} (started " in status and "; running)" in status
+    assert f"{runs[1]}/stdout.log (last 3 lines):" in status
+    cluster.expire(second)
+    gate.unlink()
+    assert cluster.wait_job(second, 30) == "FAILED", job_log(out, second)
+    doc = read_json(runs[2] / "run.json")
+    assert (doc["status"], doc["lost_cause"]) == ("lost", "time"), doc
+    assert doc["reason"].startswith("Slurm: the job's time limit has passed (EndTime ")
+    assert "srun could not create the step: Job/step already completing or completed" in doc["reason"]
+    assert read_json(runs[1] / "run.json")["env"] == {
+        "BENCH_SETUP_MARK": "from setup",
+        "BENCH_SRUN_MARK": "from-srun",
+    }
+    assert "--export=ALL,BENCH_SRUN_MARK=from-srun" in read_json(runs[1] / "launch.json")["command"]
+    batch = (out / "slurm" / "batch.sh").read_text().splitlines()
+    assert batch.index("export BENCH_SETUP_MARK='from setup'") < batch.index("set -u")
+    assert "export BENCH_SRUN_OPTIONS=--export=ALL,BENCH_SRUN_MARK=from-srun" in batch
+    job = read_jsonl(out / "slurm" / "jobs.jsonl")[-1]
+    assert job["setup"] == ["# the site's setup", "export BENCH_SETUP_MARK='from setup'"]
+    assert job["srun_options"] == ["--export=ALL,BENCH_SRUN_MARK=from-srun"]
+
+    # job 3: the resume redoes the lost run and finishes: every run once, ok
+    third = submit(cluster, monkeypatch, config, out, "--resume")
+    assert cluster.wait_job(third, 60) == "COMPLETED", job_log(out, third)
+    rows = runs_csv(out)
+    assert [r["run_id"] for r in rows] == order and {r["status"] for r in rows} == {"ok"}, rows
+    allocations = [read_json(r / "cell.json")["slurm"]["allocation"] for r in runs]
+    assert allocations == [first, second, third, third]
 
 
 # ---------------------------------------------------------------- without a cluster
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--time", "-5"], "--time -5: expected a Slurm time limit"),
+        (["--time", "0"], "--time 0: expected a limit above zero"),
+        (["--time", "1", "--requeue"], "--time 1 with --signal-s 300: the requeue signal would come 0 s into"),
+        (["--time", "5", "--requeue", "--signal-s", "270"], "would come 30 s into each allocation"),
+        (["--requeue", "--signal-s", "0"], "--signal-s: expected seconds from 1 to 65535, got 0"),
+        (["--max-requeues", "2"], "--max-requeues bounds the requeues of --requeue: pass --requeue too"),
+        (["--requeue", "--max-requeues", "-1"], "--max-requeues: expected 0 to 100, got -1"),
+        (["--setup-line", 'echo "unclosed'], "setup lines: bash cannot parse them"),
+        (["--setup-line", "#SBATCH --qos=high"], "an #SBATCH line after the first command is ignored"),
+        (["--setup-line", "exec bash"], "exec would replace the batch shell"),
+        (["--setup-line", "echo a\necho b"], "holds a control character (a newline?)"),
+        (["--srun-option=--nodes=3"], "--srun-option --nodes=3: the driver sets --nodes on every step itself"),
+        (["--srun-option=-J", ], "--srun-option -J: the driver sets -J on every step itself"),
+        (["--srun-option", "mpi=pmix"], "--srun-option 'mpi=pmix': expected one srun option as one word"),
+        (["--extra-sbatch=--qos=high\n#SBATCH --x"], "expected one sbatch option"),
+    ],
+)  # fmt: skip
+def test_submit_refuses_limits_that_loop_and_lines_that_inject(tmp_path, capsys, flags, expected):
+    config = two_node_sweep(tmp_path, [cell(train_configs(tmp_path))])
+    assert main(["submit", str(config), "--out", str(tmp_path / "out"), "--dry-run", *flags]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1 and err.startswith("error: "), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_submit_writes_setup_srun_options_requeue_bound_and_retry_into_the_batch_script(tmp_path, capsys):
+    config = two_node_sweep(tmp_path, [cell(train_configs(tmp_path))])
+    out = tmp_path / "out"
+    setup = tmp_path / "setup.sh"
+    setup.write_text(
+        'module load cuda/12.4 2>/dev/null || true\nsource "$HOME/venv x/bin/activate" || true\n'
+    )
+    flags = ["--time", "30", "--requeue", "--max-requeues", "2", "--setup", str(setup), "--retry-failed",
+             "--setup-line", "export NCCL_DEBUG=WARN", "--srun-option=--container-image=nvcr.io#nvidia/pytorch:25.01",
+             "--srun-option=--container-mounts=/a b:/a"]  # fmt: skip
+    assert main(["submit", str(config), "--out", str(out), "--dry-run", *flags]) == 0
+    text = capsys.readouterr().out.splitlines()
+    setup_at = text.index("module load cuda/12.4 2>/dev/null || true")
+    assert text[setup_at + 1] == 'source "$HOME/venv x/bin/activate" || true'
+    assert text[setup_at + 2] == "export NCCL_DEBUG=WARN" and setup_at < text.index("set -u")
+    opts = ["--container-image=nvcr.io#nvidia/pytorch:25.01", "--container-mounts=/a b:/a"]
+    exported = next(ln for ln in text if ln.startswith("export BENCH_SRUN_OPTIONS="))
+    assert shlex.split(shlex.split(exported.removeprefix("export BENCH_SRUN_OPTIONS="))[0]) == opts
+    for line in ("#SBATCH --time=30", "#SBATCH --requeue", "#SBATCH --signal=B:USR1@300", "export BENCH_SLURM_MAX_REQUEUES=2",
+                 'retry=(); [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && retry=(--retry-failed)',
+                 f'exec {sys.executable} -m bench sweep {config} --out {out} --resume "${{retry[@]}}"'):  # fmt: skip
+        assert line in text, line
+    assert not out.exists()
+
+
+def test_srun_and_slurmstepd_lines_tell_slurm_s_end_of_a_step_from_the_run_s():
+    """Lines as Slurm 22.05 printed them here (no scontrol needed for these)."""
+    stepd = "0: slurmstepd-n1: error: *** STEP 4.1 ON n1 CANCELLED AT 2026-12-01T19:50:52"
+    timed = lost.classify([f"{stepd} DUE TO TIME LIMIT ***"], "4", 143, False)
+    assert timed == lost.Lost(
+        "time", "Slurm: the job reached its time limit; the step was cancelled (srun's exit code 143)"
+    )
+    node = lost.classify([f"{stepd} DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], "4", 143, False)
+    assert node.cause == "node"
+    aborted = "srun: Job step aborted: Waiting up to 12 seconds for job step to finish."
+    cancelled = lost.classify([aborted, f"{stepd} ***", "srun: error: n2: task 1: Killed"], "4", 137, False)
+    assert cancelled.cause == "cancelled" and "scancel, not by the driver" in cancelled.reason
+    # a rank that fails under --kill-on-bad-exit: srun ends the step itself (same CANCELLED line)
+    bad_exit = ["srun: error: n2: task 1: Exited with exit code 1", "srun: launch/slurm: _step_signal: "
+                "Terminating StepId=4.1", f"{stepd} ***"]  # fmt: skip
+    assert lost.classify(bad_exit, "4", 1, False) is None
+    assert lost.classify([f"{stepd} ***"], "4", 143, True) is None  # the driver ended it: its timeout
+    assert (
+        lost.classify(
+            ["RuntimeError: fake crash", "srun: error: n2: task 1: Exited with exit code 1"], "4", 1, False
+        )
+        is None
+    )
 
 
 def test_submit_dry_run_prints_the_batch_script_and_writes_nothing(tmp_path, capsys):
@@ -343,8 +522,55 @@ def test_the_step_control_names_the_step_and_ends_it_with_scancel_not_srun(tmp_p
     ctl.stop(srun.pid, srun)
     assert srun.returncode == -signal.SIGKILL and time.monotonic() - t0 < 5
     assert calls.read_text().split("\n")[:2] == ["--signal=TERM 5.3", "--signal=KILL 5.3"]
-    assert ctl.record({})["ended_by"] == ["scancel --signal=TERM 5.3", "scancel --signal=KILL 5.3"]
+    assert ctl.summary({})["ended_by"] == ["scancel --signal=TERM 5.3", "scancel --signal=KILL 5.3"]
     assert (
         current({"SLURM_JOB_ID": "5", "SLURM_RESTART_COUNT": "2", "SLURM_JOB_NODELIST": "n[1-2]"}).key
         == "5+r2"
     )
+
+
+def test_status_of_a_sweep_without_slurm_reads_its_files_and_its_lock(tmp_path, capsys):
+    """`bench status` of a plain `bench sweep`: runs finished of planned, a lost run, the driver
+    holding the lock (seen in /proc/locks, never taken), the run in flight and its last lines."""
+    from bench.fileio import atomic_write_json
+    from bench.run.sweepdir import take_lock
+
+    out = tmp_path / "out"
+    atomic_write_json(out / "sweep.json", {"name": "t", "order": ["a", "b", "c", "d"]})
+    atomic_write_json(out / "runs" / "a" / "run.json", {"status": "ok"})
+    atomic_write_json(out / "runs" / "b" / "run.json", {"status": "lost", "reason": "Slurm: node n2 failed"})
+    inflight = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        launch = {
+            "hostname": os.uname().nodename,
+            "pgid": inflight.pid,
+            "start_time": "2026-01-01T00:00:00+00:00",
+        }
+        atomic_write_json(out / "runs" / "c" / "launch.json", launch)
+        (out / "runs" / "c" / "stdout.log").write_text("".join(f"step {i}/9 loss 1.0\n" for i in range(1, 8)))
+        lock = take_lock(out)
+        try:
+            assert main(["status", str(out), "--lines", "2"]) == 0
+        finally:
+            os.close(lock)
+    finally:
+        inflight.kill()
+        inflight.wait()
+    text = capsys.readouterr().out.splitlines()
+    assert text[:2] == [f"sweep t: {out}", "runs:    1 of 4 planned finished (1 ok)"]
+    assert "lost:    b: Slurm: node n2 failed (not final: --resume redoes it)" in text
+    assert f"driver:  running here (pid {os.getpid()} holds .sweep.lock)" in text
+    assert any(
+        ln.startswith("in flight: c (started 2026-01-01T00:00:00+00:00, ") and ln.endswith("; running)")
+        for ln in text
+    )
+    assert text[-2:] == ["    step 6/9 loss 1.0", "    step 7/9 loss 1.0"]
+    assert not any(ln.startswith("job:") for ln in text)  # no Slurm job: none named
+    assert main(["status", str(tmp_path)]) == 2
+    assert "no sweep.json; expected the output directory of a sweep" in capsys.readouterr().err
+    pending = tmp_path / "pending"  # submitted, its driver not started: the job, and no sweep yet
+    (pending / "slurm").mkdir(parents=True)
+    (pending / "slurm" / "jobs.jsonl").write_text(json.dumps({"job_id": "12"}) + "\n")
+    assert main(["status", str(pending)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith("job:     12") and text[1].startswith("sweep:   not started yet in ")

@@ -24,6 +24,7 @@ from bench.config import Run, SweepConfig
 from bench.fileio import read_json
 from bench.run import console
 from bench.run.capacity_plan import next_value, probe_cell, series
+from bench.run.engine import LOCAL, Engine
 from bench.run.session import Session
 from bench.run.sweepdir import is_finished, run_dir
 
@@ -38,9 +39,9 @@ def _status(out_dir: Path, run: Run) -> str | None:
     return str(doc.get("status"))
 
 
-def search(cfg: SweepConfig, out_dir: Path, info: dict) -> int:
+def search(cfg: SweepConfig, out_dir: Path, info: dict, engine: Engine = LOCAL) -> int:
     """Run every arm's search of every series; write the report and capacity.csv/png."""
-    session = Session.open(cfg, out_dir, info)
+    session = Session.open(cfg, out_dir, info, engine)
     session.progress = console.Progress(total=0, done=0)
     try:
         for _sid, cell in series(cfg):

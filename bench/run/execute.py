@@ -1,7 +1,9 @@
-"""The pieces of one run (put together by ``Session.execute``): ``cell.json`` (with the Slurm
-allocation it ran in), the compile-cache environment, the VRAM poller around the process tree the
-plug's command starts (a Slurm job step is ended by scancel: bench/slurm/steps.py), and whether a
-failure was the machine's (a full disk, a read-only filesystem) rather than the run's."""
+"""The pieces of one run (put together by ``Session.execute``): ``cell.json`` (with where the
+engine placed it: a Slurm allocation), the compile-cache environment, the VRAM poller around the
+process tree the plug's command starts (watched and ended through the engine's step hooks when it
+has them: bench/run/engine.py), the record of a run the engine lost (a failed node, a time limit),
+and whether a failure was the machine's (a full disk, a read-only filesystem) rather than the
+run's."""
 
 from __future__ import annotations
 
@@ -14,18 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import Run, SweepConfig
-from bench.fileio import atomic_write_json, read_json
+from bench.fileio import atomic_write_json
 from bench.probe import nodevram, vram
 from bench.procs.launcher import run_process
-from bench.slurm import steps
-from bench.slurm.alloc import current as current_allocation
+from bench.run.engine import LOST, Lost, StepHooks
 
 
 def launch_polled(
-    cfg: SweepConfig, run: Run, rdir: Path, argv: list[str], tick, env: dict, fork: bool = False
+    cfg: SweepConfig,
+    run: Run,
+    rdir: Path,
+    argv: list[str],
+    tick,
+    env: dict,
+    fork: bool = False,
+    step: StepHooks | None = None,
 ) -> tuple[int, bool]:
     """The process tree, with this machine's cards polled around it (multi-node: each node
-    polls its own beside its agent, bench/probe/nodevram.py, gathered here afterwards)."""
+    polls its own beside its agent, bench/probe/nodevram.py, gathered here afterwards); ``step``:
+    the engine's hooks on it (a Slurm job step: found, ended with scancel, recorded)."""
     poller = None
     multinode = run.cell.nodes > 1
     if not cfg.polls(run.arm):
@@ -35,7 +44,6 @@ def launch_polled(
         poller = quietly("VRAM poller", lambda: vram.VramPoller(rdir, interval_s=cfg.poll_interval_s))
     if poller is not None:
         quietly("VRAM poller", poller.start)
-    step = steps.control_for(cfg, run)  # a Slurm job step: ended with scancel, never by signalling srun
     try:
         result = run_process(
             argv,
@@ -51,17 +59,20 @@ def launch_polled(
         if poller is not None:
             quietly("VRAM poller", poller.stop)
         if step is not None:  # also when the driver was stopped (it ended the step)
-            quietly("Slurm step record", lambda: _record_step(rdir, step))
+            quietly("step record", lambda: step.record(rdir))
     if multinode and cfg.polls(run.arm):
         quietly("VRAM gather", lambda: nodevram.gather(rdir, run.cell.nodes, rdir / "stdout.log"))
     return result
 
 
-def _record_step(rdir: Path, step: steps.StepControl) -> None:
-    """launch.json's ``slurm``: the run's job step (bench/slurm/steps.py StepControl.record)."""
-    record = step.record(nodevram.node_lines(rdir / "stdout.log"))
-    doc = read_json(rdir / "launch.json")
-    atomic_write_json(rdir / "launch.json", {**(doc if isinstance(doc, dict) else {}), "slurm": record})
+def record_lost(rdir: Path, doc: dict, lost: Lost) -> dict:
+    """run.json of a run the engine lost: status ``lost`` (never final: --resume redoes it), the
+    engine's reason, and what the run's own reading-back said (``run_status``, ``run_reason``)."""
+    kept = {k: v for k, v in doc.items() if k not in ("status", "reason")}
+    rec = {**kept, "status": LOST, "reason": lost.reason, "lost_cause": lost.cause}
+    rec |= {"run_status": doc.get("status"), "run_reason": doc.get("reason")}
+    atomic_write_json(rdir / "run.json", rec)
+    return rec
 
 
 def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
@@ -86,8 +97,11 @@ def compile_env(compile_dir: Path | None) -> dict[str, str]:
     }
 
 
-def cell_record(cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | None) -> dict:
-    """cell.json: what the driver planned for this run (its identity, the cell, the command)."""
+def cell_record(
+    cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | None, placement: dict | None = None
+) -> dict:
+    """cell.json: what the driver planned for this run (its identity, the cell, the command), and
+    where the engine placed it (``placement``: a Slurm allocation's ``slurm``)."""
     c = run.cell
     return {
         "run_id": run.run_id,
@@ -115,7 +129,7 @@ def cell_record(cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | N
         "cache_dir": str(cache_dir) if cache_dir is not None else None,
         "timeout_s": c.timeout_s,
         "command": argv,
-        **({"slurm": alloc.record()} if (alloc := current_allocation()) else {}),
+        **(placement or {}),
     }
 
 

@@ -1,5 +1,5 @@
 """A Session: everything one invocation's runs share — the config, the output directory, the
-machine, the trainer plug, which arms are skipped here and why, the prepared caches, the compile
+machine, the engine the runs go through (bench/run/engine.py: local, or Slurm's), the trainer plug, which arms are skipped here and why, the prepared caches, the compile
 cache, the progress display, the fork server and the priming done. The three loops (sweep,
 capacity search, profile runs) are thin users of it."""
 
@@ -19,6 +19,7 @@ from bench.probe import vram
 from bench.procs import forkstart
 from bench.procs.launcher import mark_exit, now
 from bench.run import caches, console, execute, preflight
+from bench.run.engine import LOCAL, Engine, RunLost
 from bench.run.sweepdir import (
     cache_dir_for,
     compile_cache_dir,
@@ -42,9 +43,10 @@ class Session:
     primed: set[tuple[str, str]] = field(default_factory=set)  # (cell, arm) primed by this invocation
     server_tried: bool = False
     order: int = 0  # runs planned on the fly (capacity probes) are numbered in the order they come
+    engine: Engine = LOCAL  # where and how the process trees run (handed in by the command line)
 
     @classmethod
-    def open(cls, cfg: SweepConfig, out_dir: Path, info: dict) -> Session:
+    def open(cls, cfg: SweepConfig, out_dir: Path, info: dict, engine: Engine = LOCAL) -> Session:
         """A session for runs of ``cfg``; says which arms are skipped on this machine and why
         (preflight.arm_skip_reasons) before any run. The caller gives it a progress display when
         its runs start."""
@@ -57,6 +59,7 @@ class Session:
             info=info,
             plugs=plugs_for(cfg, {**info, "git_commit": git_commit()}),
             skips=skips,
+            engine=engine,
         )
 
     def plug(self, cell: Cell) -> TrainerPlug:
@@ -158,7 +161,7 @@ class Session:
         plug, compile_dir = self.plug(run.cell), self.compile_dir(run.cell)
         argv = plug.train_command(cfg, run, rdir, cache_dir)
         warm = compile_dir is not None and any(p.is_file() for p in compile_dir.rglob("*"))  # not empty dirs
-        record = execute.cell_record(cfg, run, argv, cache_dir)
+        record = execute.cell_record(cfg, run, argv, cache_dir, self.engine.placement())
         record["compile_cache"] = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
         atomic_write_json(rdir / "cell.json", record)
         if self.skipped(run):
@@ -169,10 +172,19 @@ class Session:
         refused = self._foreign(run)
         if refused:
             return outcome.record(rdir, run, "error", refused)
-        started = now()
+        started, step = now(), self.engine.step(cfg, run)
         env = execute.compile_env(compile_dir)
-        rc, timed_out = execute.launch_polled(cfg, run, rdir, argv, tick, env, fork=self.forks(run.cell))
+        rc, timed_out = execute.launch_polled(
+            cfg, run, rdir, argv, tick, env, fork=self.forks(run.cell), step=step
+        )
         doc = plug.reconcile(rdir, run, rc, timed_out, started)
+        lost = (
+            step.lost(rdir, rc) if step is not None and not timed_out and doc.get("status") != "ok" else None
+        )
+        if lost is not None:  # the engine's loss (a node, a time limit), not the run's: stop, never final
+            execute.record_lost(rdir, doc, lost)
+            mark_exit(rdir / "launch.json", rc, timed_out)
+            raise RunLost(run.run_id, lost)
         fault = execute.environment_fault(doc.get("reason")) if doc.get("status") == "error" else None
         if fault:  # the machine failed the run, not its arm: stop, launch.json unmarked (unfinished)
             raise WriteError(fault, f"{os.strerror(fault)} (the run stopped: {doc.get('reason')})", str(rdir))

@@ -9,6 +9,10 @@ then Stein's rule (bench/results/stats.py) fixes how many more it needs. The dec
 only on the pilot's finished runs, so ``--resume`` after a kill at any moment reaches the same
 decision and redoes only the run in flight. ``--retry-failed`` reopens the rounds that hold a
 failed run (error, timeout, oom) and re-runs each whole, so its arms run back to back again.
+
+Where the runs run is the engine's (bench/run/engine.py), handed in by the caller (the command
+line hands Slurm's); a run the engine lost (a failed node, a time limit) stops the sweep with it
+unfinished (exit 75), and --resume redoes it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from bench.procs.launcher import reap_stale
 from bench.run import capacity_search as search  # the capacity loop, a user of the same Session
 from bench.run import console, dryrun, preflight
 from bench.run.caches import clear_staging
+from bench.run.engine import LOCAL, LOST_EXIT, Engine, RunLost
 from bench.run.execute import quietly
 from bench.run.session import Session
 from bench.run.sweepdir import (
@@ -41,9 +46,6 @@ from bench.run.sweepdir import (
     update_sweep_json,
     write_sweep_json,
 )
-from bench.slurm import alloc
-from bench.slurm.batch import BATCH_SCRIPT_ENV
-from bench.slurm.stop import run_stoppable
 from bench.trainers import load_config, plugs_for
 
 
@@ -56,12 +58,15 @@ def run_sweep(
     argv: list[str] | None = None,
     capacity: bool = False,
     retry_failed: bool = False,
+    engine: Engine = LOCAL,
 ) -> int:
     """Run (or resume) a sweep — or, with ``capacity``, the config's capacity search
     (bench/run/capacity_search.py); returns the exit status. ``retry_failed``: a resume that first
     reopens the rounds holding a failed run (bench/run/sweepdir.py failed_rounds). Bad input
-    raises SweepError before anything is written."""
-    cfg = alloc.bind(load_config(config_path), dry_run)  # Slurm job steps: the rendezvous on the first node
+    raises SweepError before anything is written. ``engine``: where the runs go (bench/run/engine.py)."""
+    cfg = engine.bind(
+        load_config(config_path), dry_run
+    )  # e.g. Slurm job steps: the rendezvous on the first node
     if retry_failed and (force or capacity):
         what = "--force starts the sweep over" if force else "a capacity search's OOMs are its answers"
         raise SweepError(f"--retry-failed re-runs a sweep's failed rounds; {what}")
@@ -102,21 +107,32 @@ def run_sweep(
     preflight.check_launcher(cfg)
     previous = check_out_dir(cfg, out_dir, resume, force)
     argv = argv if argv is not None else ["python", "-m", "bench", *sys.argv[1:]]
-    hint = os.environ.get(BATCH_SCRIPT_ENV) and f"sbatch {os.environ[BATCH_SCRIPT_ENV]}"
-    hint = (
-        hint or f"python -m bench {'capacity' if capacity else 'sweep'} {cfg.path} --out {out_dir} --resume"
+    hint = engine.resume_hint() or (
+        f"python -m bench {'capacity' if capacity else 'sweep'} {cfg.path} --out {out_dir} --resume"
     )
-    # inside a Slurm allocation its stop signals end the run in flight cleanly (bench/slurm/stop.py)
-    return run_stoppable(
-        lambda: _locked(cfg, runs, out_dir, info, previous, argv, force, capacity, retry_failed), hint
+    # e.g. inside a Slurm allocation its stop signals end the run in flight cleanly (bench/slurm/stop.py)
+    return engine.run_stoppable(
+        lambda: _locked(cfg, runs, out_dir, info, previous, argv, force, capacity, retry_failed, engine),
+        hint,
+        out_dir,
     )
 
 
 def _locked(
-    cfg, runs, out_dir: Path, info: dict, previous, argv, force: bool, capacity: bool, retry: bool = False
+    cfg,
+    runs,
+    out_dir: Path,
+    info: dict,
+    previous,
+    argv,
+    force: bool,
+    capacity: bool,
+    retry: bool,
+    engine: Engine,
 ) -> int:
     """The part that writes: under the sweep directory's lock, after reaping what a dead driver
-    left (its processes, and the staging directories of the cache preparations it was running)."""
+    left (its processes, and the staging directories of the cache preparations it was running).
+    A run the engine lost stops it there (exit 75), the run unfinished."""
     with writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
     lock = take_lock(out_dir)
@@ -135,13 +151,22 @@ def _locked(
             if warning:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
         if capacity:
-            return search.search(cfg, out_dir, info)
-        return execute_sweep(cfg, runs, out_dir, info)
+            return search.search(cfg, out_dir, info, engine)
+        return execute_sweep(cfg, runs, out_dir, info, engine)
+    except RunLost as e:
+        print(
+            f"\nthe sweep stopped: {e}; that run is not final: --resume redoes it",
+            file=sys.stderr,
+            flush=True,
+        )
+        return LOST_EXIT
     finally:
         os.close(lock)
 
 
-def execute_sweep(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict) -> int:
+def execute_sweep(
+    cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict, engine: Engine = LOCAL
+) -> int:
     """Run the pilot's unfinished runs, then the pairs the precision rule adds; report."""
     runs = pilot
     todo = [r for r in pilot if not is_finished(run_dir(out_dir, r))]
@@ -151,7 +176,7 @@ def execute_sweep(cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict)
         print(f"{len(pilot) - len(todo)} of {len(pilot)} runs already finished in {out_dir}{retry}")
     session = None
     try:
-        session = Session.open(cfg, out_dir, info)
+        session = Session.open(cfg, out_dir, info, engine)
         session.prepare(todo)
         session.progress = console.Progress(total=len(pilot), done=len(pilot) - len(todo))
         run_pending(session, pilot)

@@ -112,9 +112,12 @@ def _shown(names: list[str], limit: int) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) -> dict | None:
+def check_out_dir(
+    cfg: SweepConfig, out_dir: Path, resume: bool, force: bool, can_force: bool = True
+) -> dict | None:
     """Refuse to touch an existing sweep without --resume/--force, or a directory holding anything
-    but a sweep; returns the old sweep.json on resume."""
+    but a sweep; returns the old sweep.json on resume. ``can_force``: whether the command has a
+    --force to suggest (``bench submit`` has none: it never deletes runs)."""
     check_out_path(out_dir)
     sweep_json = out_dir / "sweep.json"
     if not sweep_json.exists() and not (out_dir / "runs").exists():
@@ -130,20 +133,26 @@ def check_out_dir(cfg: SweepConfig, out_dir: Path, resume: bool, force: bool) ->
     if force:
         return None
     if not resume:
+        if not can_force:
+            raise SweepError(
+                f"{out_dir} already holds a sweep; pass --resume to finish it (or --retry-failed to re-run its "
+                "failed rounds), or --out DIR to write elsewhere (bench submit never deletes runs)"
+            )
         raise SweepError(
             f"{out_dir} already holds a sweep; pass --resume to finish it, --force to delete its runs and "
             f"start over, or --out DIR (make: OUT=DIR) to write elsewhere"
         )
+    instead = "--force to start over or " if can_force else ""
     old = read_json(sweep_json)
     if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
         raise SweepError(
-            f"{sweep_json}: missing or unreadable, so --resume cannot check the config; use --force or --out"
+            f"{sweep_json}: missing or unreadable, so --resume cannot check the config; use {instead.replace(' to start over', '')}--out"
         )
     changed = diff_resolved(old["config"], cfg.resolved)
     if changed:
         raise SweepError(
             f"--resume: {out_dir} was run with a different config ({_shown(changed, 6)} differ); "
-            "use --force to start over or --out for a new directory"
+            f"use {instead}--out for a new directory"
         )
     return old
 

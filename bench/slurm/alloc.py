@@ -68,16 +68,25 @@ def scontrol(*args: str) -> str:
     return r.stdout
 
 
+def fields(kind: str, name: str) -> dict[str, str]:
+    """``scontrol show <kind> --oneliner <name>`` as key=value pairs (a job's JobState, Reason,
+    EndTime; a node's State); empty when scontrol does not know it or does not answer."""
+    try:
+        out = scontrol("show", kind, "--oneliner", name)
+    except SweepError:
+        return {}
+    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+
 def first_node(alloc: Allocation) -> tuple[str, str]:
     """(name, address) of the allocation's first node: where the batch step, the driver and the
-    rendezvous store live. The address is the node's NodeAddr (NodeName may not resolve)."""
+    rendezvous store live. The address is the node's NodeAddr, where the store listens (torchrun's
+    workers then meet at rank 0's host name, which must resolve on every node: docs/multinode.md)."""
     names = scontrol("show", "hostnames", alloc.nodelist).split()
     if not names:
         raise SweepError(f"Slurm job {alloc.job_id}: its node list {alloc.nodelist!r} names no node")
-    fields = dict(
-        f.split("=", 1) for f in scontrol("show", "node", "--oneliner", names[0]).split() if "=" in f
-    )
-    return names[0], fields.get("NodeAddr") or names[0]
+    node = dict(f.split("=", 1) for f in scontrol("show", "node", "--oneliner", names[0]).split() if "=" in f)
+    return names[0], node.get("NodeAddr") or names[0]
 
 
 def bind(cfg: SweepConfig, dry_run: bool = False) -> SweepConfig:

@@ -6,17 +6,25 @@ Measured on Slurm 22.05: SIGTERM sent to srun itself is not forwarded to the tas
 "forces job termination": the tasks are SIGKILLed at once, their handlers never run, so the
 per-node VRAM wrappers die without their summaries); ``scancel --signal=TERM JOB.STEP`` delivers
 SIGTERM to every task of the step in ~20 ms. docs/multinode.md
+
+A step that Slurm itself ended (a node failed, the time limit passed, someone cancelled it) is
+told apart from the run's own failure by bench/slurm/lost.py: the engine's ``lost`` hook.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.config import Run, SweepConfig
+from bench.fileio import atomic_write_json, read_json
+from bench.probe import nodevram
 from bench.procs import launcher
+from bench.run.engine import Lost
+from bench.slurm import lost as lost_steps
 from bench.slurm.alloc import Allocation, current
 
 CALL_TIMEOUT_S = 15.0
@@ -32,6 +40,7 @@ class StepControl:
     step_id: str | None = None  # "JOB.STEP", once found
     nodelist: str | None = None  # the step's nodes, as squeue writes them (e.g. n[1-2])
     ended_by: list[str] = field(default_factory=list)  # what stopped it, in order
+    on_lost: Callable[[Lost], None] | None = None  # told when Slurm, not the run, ended the step
     _next_lookup: float = 0.0
 
     def find(self) -> str | None:
@@ -85,7 +94,23 @@ class StepControl:
             note = f" (failed: {e})"
         self.ended_by.append(" ".join(argv) + note)
 
-    def record(self, printed: dict[str, dict[str, dict]]) -> dict:
+    def record(self, rdir: Path) -> None:
+        """launch.json's ``slurm``: the run's job step (``summary``), kept beside its exit record."""
+        rec = self.summary(nodevram.node_lines(rdir / "stdout.log"))
+        doc = read_json(rdir / "launch.json")
+        atomic_write_json(rdir / "launch.json", {**(doc if isinstance(doc, dict) else {}), "slurm": rec})
+
+    def lost(self, rdir: Path, rc: int) -> Lost | None:
+        """Whether Slurm ended this run's step (its node, the job's time limit, a scancel not by the
+        driver): bench/slurm/lost.py reads srun's and slurmstepd's lines and asks scontrol."""
+        found = lost_steps.classify(
+            launcher.log_lines(rdir / "stdout.log"), self.job_id, rc, bool(self.ended_by)
+        )
+        if found is not None and self.on_lost is not None:
+            self.on_lost(found)
+        return found
+
+    def summary(self, printed: dict[str, dict[str, dict]]) -> dict:
         """launch.json's ``slurm``: job, step, the node each wrapper ran on (its start line, from
         bench.probe.nodevram.node_lines) and what ended the step, when the driver did."""
         starts = [kinds["start"] for kinds in printed.values() if "start" in kinds]
@@ -113,10 +138,15 @@ def _exited(proc: subprocess.Popen | None, wait_s: float) -> bool:
         return False
 
 
-def control_for(cfg: SweepConfig, run: Run, env_alloc: Allocation | None = None) -> StepControl | None:
+def control_for(
+    cfg: SweepConfig,
+    run: Run,
+    env_alloc: Allocation | None = None,
+    on_lost: Callable[[Lost], None] | None = None,
+) -> StepControl | None:
     """The step control of a multi-node run launched by srun inside an allocation, else None (the
     launcher's process group is signalled, as for any other launcher)."""
     alloc = env_alloc or current()
     if run.cell.nodes <= 1 or not cfg.launcher or Path(cfg.launcher[0]).name != "srun" or alloc is None:
         return None
-    return StepControl(alloc.job_id, run.run_id)
+    return StepControl(alloc.job_id, run.run_id, on_lost=on_lost)

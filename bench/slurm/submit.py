@@ -1,7 +1,8 @@
-"""``python -m bench submit CONFIG``: the sweep as one Slurm batch job. Checks the config and the
-sweep directory as ``bench sweep`` would (one line, exit 2), writes the batch script into the
-sweep directory (bench/slurm/batch.py), submits it with sbatch and says how to follow, cancel
-and resume it. Nothing of the sweep runs here: the driver starts on the allocation's first node.
+"""``python -m bench submit CONFIG``: the sweep as one Slurm batch job. Checks the config, the
+sweep directory as ``bench sweep`` would, and the job's limits, setup lines and srun options
+(bench/slurm/options.py; one line, exit 2), writes the batch script into the sweep directory
+(bench/slurm/batch.py), submits it with sbatch, records the submission in slurm/jobs.jsonl and
+says how to follow, cancel and resume it. Nothing of the sweep runs here: the driver starts on the allocation's first node.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from bench.errors import SweepError
 from bench.fileio import append_jsonl, atomic_write_text
 from bench.run.sweepdir import check_out_dir, check_out_path
+from bench.slurm import options
 from bench.slurm.batch import SLURM_DIR, JobSpec, script, script_path
 from bench.trainers import load_config
 
@@ -33,14 +35,21 @@ def submit(
     extra: list[str] | None = None,
     requeue: bool = False,
     signal_s: int = 300,
+    max_requeues: int | None = None,
+    setup: str | None = None,
+    setup_line: list[str] | None = None,
+    srun_options: list[str] | None = None,
     rdzv_port: int | None = None,
     resume: bool = False,
+    retry_failed: bool = False,
     dry_run: bool = False,
 ) -> int:
     """Submit (or with ``dry_run`` print) the sweep's batch job; returns the exit status."""
     cfg = load_config(config)
     out_dir = Path(out if out is not None else cfg.out).absolute()
     check_out_path(out_dir)
+    if time is not None:
+        options.time_seconds(time)  # absurd or unreadable limits: one line, before sbatch sees them
     spec = JobSpec(
         name=cfg.name,
         nodes=_nodes(cfg.nodes, nodes),
@@ -50,10 +59,15 @@ def submit(
         account=account,
         extra=tuple(_extra(extra or [])),
         requeue=requeue,
-        signal_s=_positive("--signal-s", signal_s),
+        signal_s=signal_s,
+        max_requeues=options.check_requeue(time, requeue, signal_s, max_requeues),
         rdzv_port=_port(rdzv_port),
+        setup=tuple(options.setup_lines(setup, setup_line)),
+        srun_options=tuple(options.srun_options(srun_options, cfg.launcher_from)),
+        retry_failed=retry_failed,
     )
-    check_out_dir(cfg, out_dir, resume, False)  # an existing sweep needs --resume, as for `bench sweep`
+    # an existing sweep needs --resume, as for `bench sweep` (there is no --force here)
+    check_out_dir(cfg, out_dir, resume or retry_failed, False, can_force=False)
     text = script(spec, Path(cfg.path).absolute(), out_dir, Path.cwd(), sys.executable)
     path = script_path(out_dir)
     if dry_run:
@@ -69,7 +83,10 @@ def submit(
     atomic_write_text(path, text)
     os.chmod(path, 0o755)
     job = _sbatch(path)
-    append_jsonl(out_dir / SLURM_DIR / "jobs.jsonl", {"job_id": job, "script": str(path), "argv": sys.argv})
+    asked = {"setup": list(spec.setup), "srun_options": list(spec.srun_options), "retry_failed": retry_failed}
+    append_jsonl(
+        out_dir / SLURM_DIR / "jobs.jsonl", {"job_id": job, "script": str(path), "argv": sys.argv, **asked}
+    )
     _say(job, spec, cfg.path, out_dir, path)
     return 0
 
@@ -106,12 +123,6 @@ def _extra(options: list[str]) -> list[str]:
     return options
 
 
-def _positive(flag: str, value: int) -> int:
-    if value < 1:
-        raise SweepError(f"{flag}: expected seconds > 0, got {value}")
-    return value
-
-
 def _port(port: int | None) -> int | None:
     if port is not None and not 0 < port < 65536:
         raise SweepError(f"--rdzv-port: expected a port number (1-65535), got {port}")
@@ -146,5 +157,10 @@ def _say(job: str, spec: JobSpec, config: Path, out_dir: Path, path: Path) -> No
     )
     if spec.requeue:
         print(f"requeue: Slurm signals the driver {spec.signal_s} s before the time limit; it stops cleanly and "
-              "requeues the job, whose next allocation resumes")  # fmt: skip
+              f"requeues the job (at most {spec.max_requeues} times), whose next allocation resumes")  # fmt: skip
+    if spec.retry_failed:
+        print(
+            "retry:   the job's first start re-runs every round that holds a failed run (error, timeout, oom)"
+        )
+    print(f"status:  python -m bench status {shlex.quote(str(out_dir))}")
     print(f"report:  python -m bench report {shlex.quote(str(out_dir))}   (written at the end of the sweep)")
