@@ -106,7 +106,9 @@ def plot_training_parity(records: list[RunRecord], sweep: dict, path: Path) -> P
                 steps, base.loc[steps] - band, base.loc[steps] + band, color="0.8", label="A/A band"
             )
             deltas.step(steps, band.to_numpy(), where="mid", color="0.4", ls="--", label="allowed")
-            deltas.plot(steps, floor.loc[steps].clip(lower=1e-12), color="0.6", lw=1, label=f"{AA} (floor)")
+            exact = bool((floor.loc[steps] == 0).all())
+            label = f"{AA} (floor{': identical to the baseline, drawn at 1e-12' if exact else ''})"
+            deltas.plot(steps, floor.loc[steps].clip(lower=1e-12), color="0.6", lw=1, label=label)
         for arm in arms:
             loss = pd.concat([f["loss"] for f in runs[arm].values()], axis=1).mean(axis=1)
             curves.plot(loss.index, loss.to_numpy(), color=canvas.color(arm, arms), lw=1, label=arm)
