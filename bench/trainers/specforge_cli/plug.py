@@ -274,6 +274,7 @@ class SpecForgeCliPlug:
             "startup_s": startup,
             "startup": {"imports_preloaded": warm},
             "exit_s": exit_doc.get("exit_after_last_step_s"),
+            "accuracy_by_position_last": rows[-1].get("accuracy_by_position") if rows else None,
             "wall_s": exit_doc.get("wall_s"),
             "exit": exit_doc or None,
             "provenance": {
