@@ -13,8 +13,6 @@ import re
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from bench.errors import SweepError
 from bench.fileio import writing
 
@@ -53,6 +51,8 @@ def _pairs(items: list[str], what: str) -> dict:
         key, eq, value = item.partition("=")
         if not eq or not _KEY.match(key):
             raise SweepError(f"{what}: expected key=value, got {item!r}")
+        import yaml  # not at import time: `python -m bench` parses its flags without it
+
         out[key] = yaml.safe_load(value) if value.strip() else value
     return out
 
@@ -96,6 +96,8 @@ def run_ab(args, argv: list[str] | None = None) -> int:
     out = Path(args.out or f"results/{doc['name']}")
     check_out_path(out)
     doc["out"] = str(out)
+    import yaml
+
     text = "# Written by `python -m bench ab` (bench/run/ab.py)\n" + yaml.safe_dump(doc, sort_keys=False)
     if args.dry_run:
         with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
