@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from bench.run.ab import add_ab_parser
+
 try:
     import bench.config.loader  # noqa: F401  (PyYAML and the config: a missing dependency fails here, in one line)
     from bench.errors import SweepError
@@ -108,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", help="sweep output directory (holds runs/)")
 
     add_compare_parser(sub)
+    add_ab_parser(sub)
 
     p = sub.add_parser(
         "kernels",
@@ -256,6 +259,10 @@ def _main(argv: list[str] | None) -> int:
                 retry_failed=getattr(args, "retry_failed", False),
                 engine=SlurmEngine(),
             )
+        if args.command == "ab":
+            from bench.run.ab import run_ab
+
+            return run_ab(args, ["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
         if args.command == "submit":
             from bench.slurm.submit import submit
 

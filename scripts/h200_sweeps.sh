@@ -21,6 +21,13 @@
 #   x8        configs/h200x8.yaml (1, 2, 4, 8 GPUs: an 8-GPU machine)
 #   specforge configs/h200-specforge.yaml: our trainer and the real SpecForge CLI (PyPI 0.2.0,
 #             its wheels in .whl/sf/, installed into their own folder: the "user's environment")
+#   sffork    configs/h200-specforge-fork.yaml: the SpecForge cell forked from a warm server of its
+#             interpreter (trainer_python_fork): the fork-vs-fresh A/B against specforge's cell
+#   sfab      `python -m bench ab --trainer specforge-cli -c <the prepared 4B run.yaml> --steps 8`:
+#             the one-command A/B (README defaults: baseline vs liger, the precision rule)
+#   sffaults  scripts/sf_faults.sh: the driver SIGKILLed mid-step (nothing left on the card,
+#             --resume), an OOM cell (configs/h200-specforge-faults.yaml), foreign_processes: refuse
+#             beside a 20 GiB hog -> $OUT/sf-faults.log
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
 #   parity    configs/h200-parity.yaml: training parity, 200 steps of the 4B draft on learnable data
 #             (baseline, A/A, Liger; `make parity-h200`)
@@ -41,7 +48,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-parity h200-specforge h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -93,6 +100,10 @@ for spec in $stages; do
     scaling) run_stage h200x2-scaling python3 -m bench sweep configs/h200x2-scaling.yaml --out $W/h200x2-scaling --resume ;;
     x8) run_stage h200x8 python3 -m bench sweep configs/h200x8.yaml --out $W/h200x8 --resume ;;
     specforge) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge python3 -m bench sweep configs/h200-specforge.yaml --out $W/h200-specforge --resume ;;
+    sffork) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-fork python3 -m bench sweep configs/h200-specforge-fork.yaml --out $W/h200-specforge-fork --resume ;;
+    sfab) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-ab python3 -m bench ab --trainer specforge-cli \
+        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --steps 8 --out $W/h200-specforge-ab --resume ;;
+    sffaults) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage sf-faults bash scripts/sf_faults.sh ;;
     profile) run_stage profile bash -c profile ;;
     parity) run_stage h200-parity make parity-h200 INSTALL= PYTHON=python3 OUT=$W/h200-parity ;;
     *) echo "unknown stage $stage" ;;

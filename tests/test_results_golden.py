@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.results import plots
+from bench.results import plots, report
 from bench.results.report import build_report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,6 +30,7 @@ COMPARED = [
     "scaling.csv",
     "capacity.csv",
     "trainers.csv",
+    "training_parity.csv",
     "manifest.json",
     "report.md",
 ]
@@ -46,6 +47,7 @@ def no_plots(no_plots, plots_on, monkeypatch):
     """conftest's no_plots, and the plots only some sweeps have."""
     for name in ("plot_scaling", "plot_capacity"):
         monkeypatch.setattr(plots, name, lambda *args, **kw: Path(args[-1]))
+    monkeypatch.setattr(report, "plot_training_parity", lambda *args, **kw: Path(args[-1]))
 
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=[p.name for p in SWEEPS])

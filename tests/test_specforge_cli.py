@@ -50,14 +50,22 @@ def test_a_line_cut_mid_write_is_not_a_step():
         assert parse_step_line(line[:cut]) is None
 
 
-def test_lists_are_dropped_and_non_finite_values_kept():
+def test_lists_are_kept_as_positions_and_non_finite_values_kept():
     step, values = parse_step_line("step 7: {'acc': [0.5, 0.25], 'loss': nan, 'lr': inf}")
-    assert (
-        step == 7
-        and "acc" not in values
-        and values["loss"] != values["loss"]
-        and values["lr"] == float("inf")
-    )
+    assert step == 7 and values["acc"] == [0.5, 0.25]
+    assert values["loss"] != values["loss"] and values["lr"] == float("inf")
+
+
+def test_per_position_accuracies_become_one_list_in_position_order():
+    from bench.trainers.specforge_cli.log import metrics_row, positions
+
+    eagle = parse_step_line("step 2: {'acc_1': 0.4, 'acc_0': 0.7, 'acc': 0.55, 'loss': 3.0}")[1]
+    assert positions(eagle) == [0.7, 0.4]
+    dspark = {"accuracy_position_0": 0.9, "accuracy_position_1": 0.6}
+    assert positions(dspark) == [0.9, 0.6]
+    assert positions(parse_step_line(step_lines()[0])[1]) is None  # SpecForge 0.2.0's DFlash: acc only
+    row = metrics_row(2, [eagle], 128, 1.0, 1e9)
+    assert row["accuracy"] == 0.55 and row["accuracy_by_position"] == [0.7, 0.4]
 
 
 def test_ranks_of_one_step_make_one_row_timed_by_the_slowest():
@@ -281,7 +289,7 @@ def test_both_trainers_run_one_sweep_on_the_cpu_through_the_real_specforge(tmp_p
     rdir = out / "runs" / "tiny_offline_bs2_s128_specforge-cli_baseline_r1"
     run = json.loads((rdir / "run.json").read_text())
     assert run["trainer"]["specforge"] == "0.2.0" and run["startup_s"] > 0
-    assert run["exit"]["output_bytes_removed"] > 0  # SpecForge's final checkpoint, removed
+    assert run["exit"]["stop"]["stopped"] and run["exit_s"] < 60  # stopped after its last step
     assert not (rdir / "specforge-out").exists() and not (rdir / "features").exists()
     assert str(REPO / "specforge") not in (rdir / "stdout.log").read_text()  # upstream's, not ours
     cmd = json.loads((rdir / "cell.json").read_text())["command"]

@@ -163,6 +163,12 @@ class SweepKeys:
     equivalence_pct: float = key(1.0, gt=0, doc="a CI inside ±this reads 'within ±x%'")
     compile_cache: bool = key(True, doc="runs share the TorchInductor/Triton caches under cache/compile/")
     fork_server: bool = key(True, doc="single-process runs fork from a server with the trainer imported")
+    stop_after_last_step: bool = key(
+        True, doc="a trainer in your own environment is stopped once its last measured step is logged"
+    )
+    trainer_python_fork: bool = key(
+        False, doc="single-process runs in trainer_python fork from a warm server of it (torch imported once)"
+    )
     prime_runs: int = key(
         0, ge=0, doc=f"discarded runs per cell and arm before the measured ones (at most {MAX_PRIME_RUNS})"
     )

@@ -22,7 +22,7 @@ STATE_COLUMNS = [f"{f}_{s}" for f in STATE_FIELDS for s in ("min", "median", "ma
 ENERGY_COLUMNS = ["energy_j", "energy_j_per_sample", "energy_source", "energy_cards", "power_interval_s"]
 STARTUP_COLUMNS = [
     "startup_s", "imports_s", "imports_preloaded", "first_step_s", "to_first_measured_step_s",
-    "compile_cache_warm",
+    "compile_cache_warm", "exit_s", "run_wall_s",
 ]  # fmt: skip
 
 # The trainer plug that ran a cell (cell.json "trainer"); runs recorded before a sweep could name
@@ -64,11 +64,12 @@ RUNS_COLUMNS = [
     "samples_per_s", "tokens_per_s", "mfu",
     "peak_vram_gib", "peak_vram_sum_gib", "peak_vram_delta_gib", "vram_status",
     "torch_peak_allocated_gib", "torch_peak_reserved_gib", "loss_last", "accuracy_last",
-    *STARTUP_COLUMNS, *STATE_COLUMNS, *ENERGY_COLUMNS, "start_time", "end_time", *PROVENANCE_COLUMNS,
+    "accuracy_by_position_last", *STARTUP_COLUMNS, *STATE_COLUMNS, *ENERGY_COLUMNS, "start_time", "end_time", *PROVENANCE_COLUMNS,
 ]  # fmt: skip
 RUNS_TEXT_COLUMNS = {
     "run_id", "cell_id", "trainer", "profile", "mode", "arm", WORKLOAD_DIGEST, "status", "reason", "note", "vram_status",
     "start_time", "end_time", "state_window", "compile_cache_warm", "imports_preloaded", "energy_source",
+    "accuracy_by_position_last",
     *PROVENANCE_COLUMNS,
 } - {"gpu_count"}  # fmt: skip
 
@@ -78,7 +79,8 @@ SUMMARY_COLUMNS = [
     "samples_per_s_mean", "samples_per_s_std", "samples_per_s_ci95_low", "samples_per_s_ci95_high",
     "tokens_per_s_mean", "s_per_step_mean", "s_per_step_median", "s_per_step_ci95_low", "s_per_step_ci95_high",
     "peak_vram_gib", "peak_vram_gib_max", "peak_vram_delta_gib", "torch_peak_allocated_gib", "torch_peak_reserved_gib",
-    "mfu_mean", "loss_last_mean", "energy_j_per_sample_mean", "energy_source",
+    "mfu_mean", "loss_last_mean", "accuracy_last_mean", "accuracy_by_position_last_mean",
+    "energy_j_per_sample_mean", "energy_source",
     "n_pairs", "delta_samples_per_s_pct", "delta_samples_per_s_pct_ci95_low", "delta_samples_per_s_pct_ci95_high",
     "delta_samples_per_s_halfwidth_pct", "delta_samples_per_s_pct_per_pair",
     "precision_target_pct", "pairs_planned", "pairs_wanted", "hit_pair_cap",
@@ -88,7 +90,8 @@ SUMMARY_COLUMNS = [
     "delta_energy_per_sample_pct_ci95_high",
     "saved_ms_per_step", "saved_ms_per_step_ci95_low", "saved_ms_per_step_ci95_high",
     "saved_ms_per_sample", "saved_ms_per_sample_ci95_low", "saved_ms_per_sample_ci95_high",
-    "verdict_speed", "verdict_memory", "loss_parity", "ci_method", *SUMMARY_PROVENANCE_COLUMNS,
+    "verdict_speed", "verdict_memory", "loss_parity", "delta_accuracy_last", "ci_method",
+    *SUMMARY_PROVENANCE_COLUMNS,
 ]  # fmt: skip
 
 LOSS_PARITY_COLUMNS = [

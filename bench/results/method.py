@@ -117,7 +117,37 @@ def startup_section(runs: pd.DataFrame, fork_server: dict | None = None) -> list
             "from its fork. Each run is still its own process with its own CUDA context.",
             "",
         ]
-    return [*lines, *fmt.table(header, rows), ""]
+    return [*lines, *fmt.table(header, rows), "", *overhead_section(ok)]
+
+
+def overhead_section(ok: pd.DataFrame) -> list[str]:
+    """Per-run overhead of the runs whose wrapper timed their exit (specforge-cli): start → step 1,
+    the measured steps, after the last step → exit, the whole run; medians per cell and arm."""
+    if "exit_s" not in ok or ok["exit_s"].dropna().empty:
+        return []
+    rows = []
+    for (cell, arm), g in ok[ok["exit_s"].notna()].groupby(["cell_id", "arm"], sort=False):
+        steps = g["run_wall_s"] - g["startup_s"] - g["exit_s"]  # step 1 to the last step
+        share = (steps / g["run_wall_s"]).median() * 100
+        rows.append(
+            [
+                fmt.md(cell), fmt.md(arm), str(len(g)), fmt.f(g["startup_s"].median(), ".1f"),
+                fmt.f(steps.median(), ".1f"), fmt.f(g["exit_s"].median(), ".1f"),
+                fmt.f(g["run_wall_s"].median(), ".1f"), fmt.f(share, ".0f"),
+            ]
+        )  # fmt: skip
+    header = ["cell", "arm", "runs", "start → step 1 (s)", "steps (s)", "last step → exit (s)",
+              "run (s)", "steps' share of the run (%)"]  # fmt: skip
+    return [
+        "## Per-run overhead (medians)",
+        "",
+        "Where a run's wall time goes, for runs whose wrapper timed their exit (the SpecForge CLI: "
+        "run.json's startup_s, exit_s and wall_s). With stop_after_last_step the run is stopped once "
+        "its last measured step is logged, so no final checkpoint is written or waited for.",
+        "",
+        *fmt.table(header, rows),
+        "",
+    ]
 
 
 def machine_state_line(runs: pd.DataFrame) -> list[str]:

@@ -360,6 +360,8 @@ def _startup(rec: RunRecord) -> dict[str, Any]:
         "first_step_s": first.iloc[0] if len(first) else NAN,
         "to_first_measured_step_s": at_w.iloc[0] if len(at_w) else (startup if w == 0 else NAN),
         "compile_cache_warm": None if warm is None else str(bool(warm)).lower(),
+        "exit_s": fmt.num(rec.run.get("exit_s")),  # after the last step to the exit (specforge-cli)
+        "run_wall_s": fmt.num(rec.run.get("wall_s")),
     }
 
 
@@ -452,6 +454,9 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         row.update(_step_stats(steady))
     if rec.status == "ok" and not m.empty:
         row["loss_last"], row["accuracy_last"] = m["loss"].iloc[-1], m["accuracy"].iloc[-1]
+        acc = rec.run.get("accuracy_by_position_last")  # a trainer that logs them (specforge-cli)
+        if isinstance(acc, list) and acc:
+            row["accuracy_by_position_last"] = " ".join(fmt.f(x, ".4f") for x in acc)
     counted = note is None  # the allocator and outlier warnings are about runs in the statistics
     warnings = [
         w

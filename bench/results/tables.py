@@ -84,6 +84,31 @@ def join_unique(s: pd.Series) -> str | None:
     return ", ".join(vals) or None
 
 
+def position_means(ok: pd.DataFrame) -> str | None:
+    """The mean per-position accuracy at the last step over ok runs (runs.csv's space-separated
+    accuracy_by_position_last), as the same kind of text; None when no run logged them."""
+    if "accuracy_by_position_last" not in ok:
+        return None
+    lists = [
+        [float(x) for x in v.split()] for v in ok["accuracy_by_position_last"] if isinstance(v, str) and v
+    ]
+    if not lists:
+        return None
+    width = min(len(v) for v in lists)
+    return " ".join(f"{sum(v[i] for v in lists) / len(lists):.4f}" for i in range(width))
+
+
+def with_accuracy_deltas(out: pd.DataFrame) -> pd.DataFrame:
+    """delta_accuracy_last: an arm's mean last-step accuracy minus its cell's baseline's (beside
+    loss parity: a kernel that changes the numerics shows here as well)."""
+    base = out[out["arm"] == BASELINE].set_index("cell_id")["accuracy_last_mean"]
+    out["delta_accuracy_last"] = [
+        (r.accuracy_last_mean - base.get(r.cell_id, math.nan)) if r.arm != BASELINE else math.nan
+        for r in out.itertuples()
+    ]
+    return out
+
+
 def summary_table(
     runs_df: pd.DataFrame, precision: dict[str, dict] | None = None, equivalence_pct: float = 1.0
 ) -> pd.DataFrame:
@@ -127,6 +152,8 @@ def summary_table(
             "torch_peak_reserved_gib": ok["torch_peak_reserved_gib"].mean(),
             "mfu_mean": ok["mfu"].mean(),
             "loss_last_mean": ok["loss_last"].mean(),
+            "accuracy_last_mean": ok["accuracy_last"].mean(),
+            "accuracy_by_position_last_mean": position_means(ok),
             **arm_energy(ok),
             **{c: join_unique(prov[c]) for c in SUMMARY_PROVENANCE_COLUMNS},
         }
@@ -143,6 +170,7 @@ def summary_table(
     out = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
     if out.empty:
         return out
+    out = with_accuracy_deltas(out)
     order = out["cell_id"].map({c: i for i, c in enumerate(cells)})
     out = out.assign(_c=order, _a=out["arm"] != BASELINE).sort_values(["_c", "_a", "arm"], kind="stable")
     return out.drop(columns=["_c", "_a"]).reset_index(drop=True)

@@ -91,6 +91,46 @@ def _finite(x: Any) -> bool:
 FAILED = ("error", "timeout", "oom")
 
 
+def running_deltas(out_dir: Path, runs: list[Run], finished: Run) -> list[str]:
+    """After a run that completes its pair (every arm of its cell and repeat has run): each arm's Δ
+    samples/s vs the baseline over the cell's pairs so far, with its 95% CI (paired t on log-ratios,
+    the report's estimator before any Stein decision), one line per arm."""
+    from bench.arms import BASELINE
+    from bench.results import stats
+    from bench.results.aggregate import load_run, run_row
+
+    cell = finished.cell.cell_id
+    mine = [r for r in runs if r.cell.cell_id == cell]
+    pair = [r for r in mine if r.repeat == finished.repeat]
+    if not all((run_dir(out_dir, r) / "run.json").exists() for r in pair):
+        return []
+    rate: dict[tuple[str, int], float] = {}
+    for r in mine:
+        if (run_dir(out_dir, r) / "run.json").exists():
+            row = run_row(load_run(run_dir(out_dir, r)))
+            if row.get("status") == "ok" and _finite(row.get("samples_per_s")) and row["samples_per_s"] > 0:
+                rate[(r.arm, r.repeat)] = row["samples_per_s"]
+    lines = []
+    for arm in dict.fromkeys(r.arm for r in mine if r.arm != BASELINE):
+        logs = [
+            math.log(rate[(arm, k)] / rate[(BASELINE, k)])
+            for k in sorted({r.repeat for r in mine})
+            if (arm, k) in rate and (BASELINE, k) in rate
+        ]
+        if not logs:
+            continue
+        d = stats.paired_log_delta(logs)
+        ci = (
+            f" [{d.lo:+.1f}, {d.hi:+.1f}] (±{(d.hi - d.lo) / 2:.1f} points)"
+            if _finite(d.lo)
+            else " (a CI needs 2 pairs)"
+        )
+        lines.append(
+            f"running Δ samples/s, {arm} vs {BASELINE}, {cell}: {d.pct:+.1f}%{ci} after {d.n} pair(s)"
+        )
+    return lines
+
+
 def print_outcome(out_dir: Path, runs: list[Run]) -> int:
     """Print the status counts and skip reasons; returns how many runs failed (error, timeout, oom)."""
     docs = [read_json(run_dir(out_dir, r) / "run.json") or {} for r in runs]

@@ -224,6 +224,10 @@ def run_pending(session: Session, runs: list[Run]) -> None:
     for run in runs:
         if not is_finished(run_dir(session.out_dir, run)):
             session.run(run)
+            for line in (
+                quietly("running Δ", lambda run=run: console.running_deltas(session.out_dir, runs, run)) or []
+            ):
+                session.say(line)
 
 
 def extend_by_precision(session: Session) -> list[Run]:

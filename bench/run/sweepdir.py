@@ -25,7 +25,7 @@ LOCK = ".sweep.lock"  # held (flock) while a sweep writes; a second sweep of the
 # Everything else a sweep writes at the top of its directory (docs/run-contract.md, README.md):
 # sweep.json, the lock, the runs, the discarded priming runs, and the caches (offline caches with
 # their preparation's log and launch record; the shared compile caches).
-SWEEP_ENTRIES = ("sweep.json", LOCK, "runs/", "prime/", "cache/", "cache/compile/")
+SWEEP_ENTRIES = ("sweep.json", LOCK, "runs/", "prime/", "cache/", "cache/compile/", "ab.yaml")
 
 
 def is_finished(rdir: Path) -> bool:
@@ -123,7 +123,8 @@ def check_out_dir(
     if not sweep_json.exists() and not (out_dir / "runs").exists():
         # no sweep here: only an empty directory (or one holding shared caches) may become one
         names = [p.name for p in out_dir.iterdir()] if out_dir.is_dir() else []
-        theirs = sorted(set(names) - {"cache", ".sweep.lock", "slurm"})  # slurm/: bench submit's batch script
+        # slurm/: bench submit's batch script; ab.yaml: the sweep config `bench ab` wrote (bench/run/ab.py)
+        theirs = sorted(set(names) - {"cache", ".sweep.lock", "slurm", "ab.yaml"})
         if theirs:
             raise SweepError(
                 f"{out_dir} is not empty and holds no sweep (found {_shown(theirs, 4)}); a sweep writes only into an empty "

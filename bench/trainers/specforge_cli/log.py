@@ -24,9 +24,9 @@ _STEP_RE = re.compile(r"^step (\d+): \{(.*)\}\s*$")
 _ITEM_RE = re.compile(r"'([^']+)': (\[[^\]]*\]|[^,\[\]]+)(?:, |$)")
 
 
-def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
-    """(step, its numbers) of one ``step N: {...}`` line, None for any other line. Values that are
-    lists (per-position accuracies) are dropped; ``nan``/``inf`` read as floats."""
+def parse_step_line(line: str) -> tuple[int, dict[str, Any]] | None:
+    """(step, its numbers) of one ``step N: {...}`` line, None for any other line. A list value
+    (per-position accuracies) is kept as a list of floats; ``nan``/``inf`` read as floats."""
     m = _STEP_RE.match(line.strip())
     if not m:
         return None
@@ -37,13 +37,43 @@ def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
         if item is None:
             return None  # not the logger's dict (a torn line)
         key, raw = item.group(1), item.group(2).strip()
-        if not raw.startswith("["):
-            try:
+        try:
+            if raw.startswith("["):
+                values[key] = [float(x) for x in raw[1:-1].split(",") if x.strip()]
+            else:
                 values[key] = float(raw)
-            except ValueError:
-                return None
+        except ValueError:
+            return None
         pos = item.end()
     return int(m.group(1)), values
+
+
+_POSITION_KEY = re.compile(
+    r"^(?:acc|accuracy_position)_(\d+)$"
+)  # EAGLE3's acc_i, DSpark's accuracy_position_i
+_POSITION_LISTS = ("acces", "acc", "accuracy_position")
+
+
+def positions(values: dict[str, Any]) -> list[float] | None:
+    """The per-position accuracies of one step line, in position order: ``acc_0``, ``acc_1``, ...
+    (or ``accuracy_position_i``) when logged as scalars, else a logged list; None when there are none.
+    SpecForge 0.2.0's DFlash strategy logs only the overall ``acc``."""
+    found = {
+        int(m.group(1)): v
+        for k, v in values.items()
+        if (m := _POSITION_KEY.match(k)) and isinstance(v, float)
+    }
+    if found:
+        return [found[i] for i in sorted(found)]
+    for key in _POSITION_LISTS:
+        if isinstance(values.get(key), list) and values[key]:
+            return list(values[key])
+    return None
+
+
+def _scalar(values: dict[str, Any], key: str) -> float | None:
+    v = values.get(key)
+    return v if isinstance(v, float) else (sum(v) / len(v) if isinstance(v, list) and v else None)
 
 
 def metrics_row(step: int, ranks: list[dict[str, float]], seq_len: int, elapsed_s: float, t: float) -> dict:
@@ -61,7 +91,8 @@ def metrics_row(step: int, ranks: list[dict[str, float]], seq_len: int, elapsed_
     return {
         "step": step,
         "loss": sum(losses) / len(losses) if losses else None,
-        "accuracy": first.get("acc"),
+        "accuracy": _scalar(first, "acc"),
+        "accuracy_by_position": positions(first),
         "step_time_s": step_time if ok_time else None,
         "samples": samples,
         "tokens": samples * seq_len if samples is not None else None,

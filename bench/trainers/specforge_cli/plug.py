@@ -26,14 +26,15 @@ from pathlib import Path
 import yaml
 
 import bench.config.yamlio as yamlio
-import bench.trainers.outcome as outcome
 import bench.trainers.specforge_cli.inputs as inputs
+import bench.trainers.specforge_cli.reasons as reasons
 from bench.arms import ARMS
 from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
 from bench.fileio import atomic_write_json, read_json, read_jsonl
 from bench.procs.launcher import now
 from bench.trainers.isolation import isolated_env, which_specforge
+from bench.trainers.specforge_cli.data import check_data
 from bench.trainers.specforge_cli.facts import NAME
 from bench.trainers.specforge_cli.wrapper import OUTPUT
 
@@ -98,6 +99,17 @@ class SpecForgeCliPlug:
             self.facts = which_specforge(self.interpreter(cfg), os.environ)
         return self.facts
 
+    def has_gpu(self) -> bool:
+        """Whether the DETECTED machine has a GPU (the sweep's info, else detected once here)."""
+        if "gpu_count" not in self.info:
+            from bench.probe import hardware
+
+            try:
+                self.info.update(hardware.detect())
+            except ValueError:
+                self.info["gpu_count"] = 0
+        return bool(self.info.get("gpu_count"))
+
     def missing_packages(self, cfg: SweepConfig) -> list[str]:
         return []  # the user's environment is checked by check_cells, with SpecForge itself
 
@@ -116,8 +128,9 @@ class SpecForgeCliPlug:
         """``key=value`` for one run: the cell's `set:`, then the keys the driver owns."""
         cell = run.cell
         sets: dict = dict(cell.overrides)
-        if cfg.runs_on_cpu and "training.fsdp_sharding" not in sets:
-            sets["training.fsdp_sharding"] = "NO_SHARD"  # FSDP wraps nothing on the CPU
+        if cfg.runs_on_cpu or not self.has_gpu():  # whatever the hardware list says
+            sets.setdefault("training.fsdp_sharding", "NO_SHARD")  # FSDP needs an accelerator
+            sets.setdefault("training.attention_backend", "sdpa")  # flex attention has no CPU backward
         sets.update(
             {
                 "model.use_liger_kernel": ARMS[run.arm].liger,
@@ -156,12 +169,20 @@ class SpecForgeCliPlug:
         cell = run.cell
         wrap = [sys.executable, "-m", "bench.trainers.specforge_cli.wrapper", "--run-dir", str(rdir)]
         wrap += ["--world", str(cell.gpus), "--seq-len", str(cell.seq_len)]
+        if cfg.stop_after_last_step:
+            wrap += ["--stop-after", str(cell.steps)]
+        if cfg.trainer_python_fork and cell.gpus == 1:
+            wrap += ["--warm", self.warm_socket()]
         if cell.prepared and cache_dir is not None:
             wrap += ["--features", str(cache_dir / "features"), "--samples", str(self.samples_needed(cell))]
             config = cache_dir / "run.yaml"
         else:
             config = Path(cell.train_config).resolve()
         return [*wrap, "--", *self.spec_command(cfg, run, rdir, config)]
+
+    def warm_socket(self) -> str:
+        """Where this driver's warm server of the user's interpreter listens (its first run starts it)."""
+        return str(Path(tempfile.gettempdir()) / f"bench-specforge-warm-{os.getpid()}.sock")
 
     def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
         module = ["-m", "bench.trainers.specforge_cli.inputs", cell.train_config]
@@ -182,6 +203,9 @@ class SpecForgeCliPlug:
                 f"{cfg.path}: arms: the Liger arm needs liger-kernel in {self.python} "
                 "(pip install --no-deps liger-kernel)"
             )
+        for cell in cells:
+            if not cell.prepared:
+                check_data(cfg, cell, self.samples_needed(cell))
         with tempfile.TemporaryDirectory(prefix="bench-specforge-check-") as tmp:
             for cell in cells:
                 config = self._check_config(cell, Path(tmp))
@@ -229,6 +253,9 @@ class SpecForgeCliPlug:
         shutil.rmtree(rdir / "features", ignore_errors=True)
         rows = read_jsonl(rdir / "metrics.jsonl")
         facts = self.facts or {}
+        exit_doc = read_json(rdir / "specforge.json")
+        exit_doc = exit_doc if isinstance(exit_doc, dict) else {}
+        warm = exit_doc.get("start") == "warm-server" and not exit_doc.get("started_here")
         first = rows[0] if rows else {}
         startup = None
         if isinstance(first.get("elapsed_s"), float) and isinstance(first.get("step_time_s"), float):
@@ -245,7 +272,11 @@ class SpecForgeCliPlug:
             "config": {"train_config": run.cell.train_config, "set": run.cell.overrides},
             "liger": {"enabled": ARMS[run.arm].liger, "version": facts.get("liger_kernel")},
             "startup_s": startup,
-            "exit": read_json(rdir / "specforge.json"),
+            "startup": {"imports_preloaded": warm},
+            "exit_s": exit_doc.get("exit_after_last_step_s"),
+            "accuracy_by_position_last": rows[-1].get("accuracy_by_position") if rows else None,
+            "wall_s": exit_doc.get("wall_s"),
+            "exit": exit_doc or None,
             "provenance": {
                 "hostname": socket.gethostname(),
                 "gpu_names": self.info.get("gpu_names") or [],
@@ -254,11 +285,6 @@ class SpecForgeCliPlug:
                 **{k: facts.get(k) for k in ("torch", "transformers", "triton", "liger_kernel", "python")},
             },
         }
-        if rc != 0 or timed_out:
-            doc.update(outcome.failure(rdir, run, rc, timed_out))
-        else:
-            short = outcome.short_metrics(rdir, run)
-            if short:
-                doc.update(status="error", reason=short)
+        doc.update(reasons.failure(rdir, run, rc, timed_out, exit_doc) or {})
         atomic_write_json(rdir / "run.json", doc)
         return doc

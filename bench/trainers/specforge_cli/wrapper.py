@@ -1,21 +1,28 @@
 """One run of the SpecForge CLI, as the run contract needs it: ``python -m bench.trainers.specforge_cli.wrapper
---run-dir DIR --world W --seq-len S [--features SRC --samples N] -- PYTHON -m specforge.cli train ...``.
+--run-dir DIR --world W --seq-len S [--features SRC --samples N] [--stop-after N] [--warm SOCKET]
+-- PYTHON -m specforge.cli train ...``.
 
 It runs in the driver's process group (a timeout's group kill reaches SpecForge too) and:
 
 1. links the N feature files the run trains on into ``DIR/features`` (from a prepared cache's
    SRC; exactly the samples of its steps, so that no epoch ends inside the measured steps);
 2. starts SpecForge with the user's interpreter in an environment that cannot import our
-   ``specforge`` (bench/trainers/isolation.py), its stdout and stderr passed through;
+   ``specforge`` (bench/trainers/isolation.py), its stdout and stderr passed through; with
+   ``--warm``, forked from the warm server of that interpreter (warmserver.py) instead;
 3. turns each step's lines into a metrics.jsonl row as they arrive, stamped with the time
    (bench/trainers/specforge_cli/log.py), so the progress bar, the measured window and a run cut
    by its timeout see every finished step;
-4. at the end removes what SpecForge wrote into its output directory (it always saves a final
-   checkpoint, several GB for a 4B draft; after the last step, so never inside a measured one)
-   and the links, and records in ``DIR/specforge.json`` how long the exit took and what was removed.
+4. with ``--stop-after N``, once step N (the last measured one) is logged, sends SpecForge
+   SIGTERM (which SpecForge 0.2.0 turns into a clean unwind: exit status 143) instead of waiting
+   for the final checkpoint it always writes; SIGKILL after STOP_GRACE_S;
+5. at the end removes what SpecForge wrote into its output directory and the links, ends any
+   process of the run left behind (SpecForge's own workers), and records in ``DIR/specforge.json``
+   how the run started and ended, how long the exit took and what was removed.
 
-A SIGTERM or SIGINT (the driver's timeout, Ctrl-C) reaches SpecForge from the process group;
-this wrapper keeps reading until SpecForge has gone, then exits with its status.
+A SIGTERM, SIGINT or SIGHUP to this wrapper (the driver's timeout, or the driver's death:
+PR_SET_PDEATHSIG) is passed on to SpecForge; this wrapper keeps reading until SpecForge has gone
+(SIGKILL after STOP_GRACE_S), then exits with its status (0 when it stopped SpecForge itself after
+the last step).
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +44,14 @@ from bench.trainers.isolation import isolated_env
 from bench.trainers.specforge_cli.log import StepCollector, parse_step_line
 
 OUTPUT = "specforge-out"  # SpecForge's output_dir inside the run directory
+STOP_GRACE_S = 30.0
+HEAD_LINES = 5  # the first lines of SpecForge's output, kept for a run without a step line
+WARM_SERVER = Path(__file__).with_name("warmserver.py")  # run by path in the user's interpreter
+WARM_PRELOAD = ("torch", "specforge.cli")
+# Imports in the server must leave the CUDA driver uninitialised (forks make their own context);
+# TorchInductor must not start compile workers there (as bench/procs/forkstart.py).
+WARM_SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCH_WARM_POOL": "0"}
+WARM_READY_S = 300.0
 
 
 def link_features(src: Path, dst: Path, samples: int) -> int:
@@ -52,34 +69,161 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def stream(proc: subprocess.Popen, metrics: Path, collector: StepCollector, t0: float) -> float | None:
-    """Pass SpecForge's output through, writing each finished step; the time of the last step."""
-    last = None
+class WarmRun:
+    """SpecForge forked by the warm server (warmserver.py), with the part of Popen's interface used
+    here. Its output comes through a pipe; the lifeline pipe's write end stays open in this process
+    until it exits, so that the run ends with it whatever kills it."""
+
+    def __init__(self, sock_path: str, command: list[str], env: dict[str, str]):
+        out_r, out_w = os.pipe()
+        life_r, self._life_w = os.pipe()
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._conn.connect(sock_path)
+        request = {"argv": command[2:], "env": env, "cwd": os.getcwd()}  # past "PYTHON -m"
+        socket.send_fds(self._conn, [json.dumps(request).encode()], [out_w, life_r])
+        os.close(out_w)
+        os.close(life_r)
+        self._replies = self._conn.makefile("r")
+        self.pid = int(json.loads(self._replies.readline())["pid"])
+        self.stdout = os.fdopen(out_r, "r", errors="replace")
+        self.returncode: int | None = None
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            line = self._replies.readline()
+            self.returncode = int(json.loads(line)["status"]) if line else -signal.SIGKILL
+            self.signal(signal.SIGKILL)  # its workers, if any outlived it
+        return self.returncode
+
+
+class Stopper:
+    """Signals SpecForge (passed on from the driver, or after the last measured step), then SIGKILL
+    after STOP_GRACE_S if it has not gone."""
+
+    def __init__(self, proc) -> None:
+        self.proc = proc
+        self.stopped_at: float | None = None
+        self.timer: threading.Timer | None = None
+
+    def send(self, sig: int) -> None:
+        if isinstance(self.proc, WarmRun):
+            self.proc.signal(sig)
+        else:
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        if self.timer is None and sig != signal.SIGKILL:
+            self.timer = threading.Timer(STOP_GRACE_S, self.send, args=(signal.SIGKILL,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def stop(self) -> None:
+        if self.stopped_at is None:
+            self.stopped_at = time.time()
+            self.send(signal.SIGTERM)
+
+
+def stream(
+    proc, metrics: Path, collector: StepCollector, t0: float, stop_after: int, stopper: Stopper
+) -> dict:
+    """Pass SpecForge's output through, writing each finished step; stop SpecForge once step
+    ``stop_after`` is written (0: never). Returns what was seen: the time of the first and last
+    step, the last step, how many lines, the first lines."""
+    seen = {"first": None, "last": None, "last_step": None, "lines": 0, "head": []}
     with metrics.open("a") as out:
 
         def write(rows: list[dict]) -> None:
             for row in rows:
                 out.write(json.dumps(row) + "\n")
+                seen["last_step"] = row["step"]
+                if stop_after and row["step"] >= stop_after:
+                    stopper.stop()
             out.flush()
 
-        assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
+            seen["lines"] += 1
+            if len(seen["head"]) < HEAD_LINES and line.strip():
+                seen["head"].append(line.strip()[:160])
             parsed = parse_step_line(line)
             if parsed is not None:
                 now = time.time()
-                last = now
+                seen["first"] = seen["first"] or now
+                seen["last"] = now
                 write(collector.add(*parsed, elapsed_s=time.monotonic() - t0, t=now))
         write(collector.flush(elapsed_s=time.monotonic() - t0, t=time.time()))
-    return last
+    return seen
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--" not in argv:
-        print("error: expected -- before the SpecForge command", file=sys.stderr)
-        return 2
+def end_leftovers() -> None:
+    """SIGKILL every other live process of this process group (SpecForge's workers that outlived it)."""
+    from bench.procs.launcher import _stat
+
+    me, group = os.getpid(), os.getpgrp()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != me:
+            st = _stat(int(entry.name))
+            if st is not None and st[2] == str(group) and st[0] != "Z":
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+def warm_server(sock: str, python: str, driver: int) -> dict:
+    """Start the warm server of ``python`` at ``sock`` unless it runs already; what was done."""
+    if os.path.exists(sock):
+        return {"started_here": False}
+    log = open(sock + ".log", "ab")  # noqa: SIM115 (the server's own output, kept beside its socket)
+    env = {**isolated_env(os.environ), **WARM_SERVER_ENV}
+    t0 = time.monotonic()
+    server = subprocess.Popen(
+        [python, str(WARM_SERVER), sock, str(driver), *WARM_PRELOAD],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env=env,
+        start_new_session=True,  # not this run's group: it serves the sweep's later runs
+    )
+    while not os.path.exists(sock) and server.poll() is None and time.monotonic() - t0 < WARM_READY_S:
+        time.sleep(0.05)
+    if not os.path.exists(sock):
+        raise OSError(f"the warm server did not start (exit status {server.poll()}; see {sock}.log)")
+    return {"started_here": True, "ready_s": round(time.monotonic() - t0, 3)}
+
+
+def start(args, command: list[str]) -> tuple[object, dict]:
+    """SpecForge started: forked from the warm server (``--warm``) when it can be, else afresh."""
+    env = isolated_env(os.environ)
+    if args.warm:
+        try:
+            warm = warm_server(args.warm, command[0], os.getppid())
+            return WarmRun(args.warm, command, env), {"start": "warm-server", **warm}
+        except (OSError, ValueError, KeyError) as e:
+            how = {"start": "exec", "warm_server_error": str(e)}
+            print(f"bench: warm server unusable ({e}); SpecForge starts afresh", file=sys.stderr, flush=True)
+    else:
+        how = {"start": "exec"}
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        env=env,
+    ), how
+
+
+def parse(argv: list[str]):
     cut = argv.index("--")
     ap = argparse.ArgumentParser(prog="python -m bench.trainers.specforge_cli.wrapper")
     ap.add_argument("--run-dir", required=True, type=Path)
@@ -87,39 +231,69 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq-len", type=int, required=True)
     ap.add_argument("--features", type=Path)
     ap.add_argument("--samples", type=int, default=0)
-    args, command = ap.parse_args(argv[:cut]), argv[cut + 1 :]
-    t0 = time.monotonic()
+    ap.add_argument("--stop-after", type=int, default=0, help="stop SpecForge once this step is logged")
+    ap.add_argument("--warm", help="the warm server's socket: fork SpecForge from it")
+    return ap.parse_args(argv[:cut]), argv[cut + 1 :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        print("error: expected -- before the SpecForge command", file=sys.stderr)
+        return 2
+    args, command = parse(argv)
+    t0, started = time.monotonic(), time.time()
     rdir: Path = args.run_dir
     signals: list[int] = []
+    holder: dict = {}
+
+    def passed_on(sig: int, _frame) -> None:
+        signals.append(sig)
+        if "stopper" in holder:
+            holder["stopper"].send(sig)
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda s, _f: signals.append(s))  # SpecForge got it too: wait for it
+        signal.signal(sig, passed_on)
     if args.features is not None:
         link_features(args.features, rdir / "features", args.samples)
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        errors="replace",
-        env=isolated_env(os.environ),
+    proc, how = start(args, command)
+    stopper = holder["stopper"] = Stopper(proc)
+    seen = stream(
+        proc, rdir / "metrics.jsonl", StepCollector(args.world, args.seq_len), t0, args.stop_after, stopper
     )
-    last = stream(proc, rdir / "metrics.jsonl", StepCollector(args.world, args.seq_len), t0)
     rc = proc.wait()
     ended = time.time()
+    if stopper.timer is not None:
+        stopper.timer.cancel()
+    if not isinstance(proc, WarmRun) and os.getpgrp() == os.getpid():  # we lead the run's group
+        end_leftovers()
     removed = tree_bytes(rdir / OUTPUT) if (rdir / OUTPUT).exists() else 0
     shutil.rmtree(rdir / OUTPUT, ignore_errors=True)
     shutil.rmtree(rdir / "features", ignore_errors=True)
+    stopped = stopper.stopped_at is not None and not signals
     atomic_write_json(
         rdir / "specforge.json",
         {
             "exit_code": rc,
+            **how,
+            "stop": {
+                "lever": "SIGTERM once the last measured step was logged" if args.stop_after else None,
+                "after_step": args.stop_after or None,
+                "stopped": stopped,
+                "exit_after_stop_s": round(ended - stopper.stopped_at, 3) if stopped else None,
+            },
             "signals_received": signals,
-            "exit_after_last_step_s": round(ended - last, 3) if last is not None else None,
+            "first_step_after_s": round(seen["first"] - started, 3) if seen["first"] else None,
+            "last_step": seen["last_step"],
+            "exit_after_last_step_s": round(ended - seen["last"], 3) if seen["last"] is not None else None,
             "output_bytes_removed": removed,
+            "output_lines": seen["lines"],
+            "first_lines": seen["head"],
             "wall_s": round(time.monotonic() - t0, 3),
         },
     )
+    if stopped:
+        return 0  # stopped by us after its last measured step: SpecForge's own status is recorded
     return rc if rc >= 0 else 128 - rc
 
 

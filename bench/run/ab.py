@@ -1,0 +1,120 @@
+"""``python -m bench ab -c RUN.yaml [--trainer NAME] [key=value ...]``: an A/B of one training
+config with no sweep YAML to write. It writes the sweep config the README's example would be —
+one cell of that config, baseline vs liger, 13 steps with 1 warm-up, the precision rule
+``{ci_halfwidth_pct: 1.0, min_pairs: 3, max_pairs: 6}``, ``hardware: any`` — into the sweep
+directory as ``ab.yaml`` and runs it as ``bench sweep`` would (same checks, runs, resume and
+report); the PR Summary is what it prints last. ``key=value`` are the training config's own
+dotted keys (the cell's ``set:``); bad input is one line and exit 2, before anything is written.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from bench.errors import SweepError
+from bench.fileio import writing
+
+AB_CONFIG = "ab.yaml"  # the generated sweep config, inside the sweep directory
+DEFAULTS = {"steps": 13, "warmup_steps": 1, "batch_size": 2, "seq_len": 2048}
+PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 6}
+_KEY = re.compile(r"^[A-Za-z_][\w.-]*$")
+
+
+def add_ab_parser(sub) -> None:
+    p = sub.add_parser("ab", help="A/B one training config (baseline vs liger) with no sweep YAML")
+    p.add_argument(
+        "-c", "--config", required=True, help="your training config (a SpecForge run.yaml, or ours)"
+    )
+    p.add_argument("--trainer", help="the trainer (registered name, e.g. specforge-cli; default: the first)")
+    p.add_argument("--python", help="trainer_python: your environment's interpreter")
+    p.add_argument("--out", help="the sweep directory (default: results/ab-<config name>)")
+    p.add_argument("--arms", default="baseline,liger", help="comma-separated arms (default baseline,liger)")
+    for name, default in DEFAULTS.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=f"default {default}")
+    p.add_argument("--pairs", type=int, help="a fixed number of pairs instead of the precision rule")
+    p.add_argument("--ci-halfwidth-pct", type=float, default=PRECISION["ci_halfwidth_pct"])
+    p.add_argument("--min-pairs", type=int, default=PRECISION["min_pairs"])
+    p.add_argument("--max-pairs", type=int, default=PRECISION["max_pairs"])
+    p.add_argument("--hardware", default="any", help="the config's hardware (default any)")
+    p.add_argument("--set-sweep", action="append", default=[], metavar="KEY=VALUE", help="another sweep key")
+    p.add_argument("--resume", action="store_true", help="finish the A/B in --out")
+    p.add_argument("--force", action="store_true", help="start the A/B in --out over (keeps cache/)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="the training config's own dotted keys")
+
+
+def _pairs(items: list[str], what: str) -> dict:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not _KEY.match(key):
+            raise SweepError(f"{what}: expected key=value, got {item!r}")
+        import yaml  # not at import time: `python -m bench` parses its flags without it
+
+        out[key] = yaml.safe_load(value) if value.strip() else value
+    return out
+
+
+def sweep_doc(args) -> dict:
+    """The sweep config of the A/B (what ab.yaml holds)."""
+    config = Path(args.config)
+    if not config.is_file():
+        raise SweepError(f"-c {args.config}: no such file; expected your training config")
+    name = re.sub(r"[^\w.-]", "-", f"ab-{config.stem}")
+    doc: dict = {"name": name, "hardware": args.hardware}
+    if args.trainer:
+        doc["trainer"] = args.trainer
+    if args.python:
+        doc["trainer_python"] = args.python
+    doc["arms"] = [a.strip() for a in args.arms.split(",") if a.strip()]
+    doc |= {"steps": args.steps, "warmup_steps": args.warmup_steps}
+    if args.pairs is not None:
+        doc["repeats"] = args.pairs
+    else:
+        doc["precision"] = {
+            "ci_halfwidth_pct": args.ci_halfwidth_pct,
+            "min_pairs": args.min_pairs,
+            "max_pairs": args.max_pairs,
+        }
+    doc |= _pairs(args.set_sweep, "--set-sweep")
+    cell = {"config": str(config.resolve()), "batch_size": [args.batch_size], "seq_len": [args.seq_len]}
+    sets = _pairs(args.overrides, "key=value")
+    if sets:
+        cell["set"] = sets
+    return {**doc, "cells": [cell]}
+
+
+def run_ab(args, argv: list[str] | None = None) -> int:
+    """Write ab.yaml into the sweep directory and run it; on bad input (SweepError) nothing is
+    left behind: the file, and the directory when this call created it, are removed again."""
+    from bench.run.sweep import run_sweep
+    from bench.run.sweepdir import check_out_path
+
+    doc = sweep_doc(args)
+    out = Path(args.out or f"results/{doc['name']}")
+    check_out_path(out)
+    doc["out"] = str(out)
+    import yaml
+
+    text = "# Written by `python -m bench ab` (bench/run/ab.py)\n" + yaml.safe_dump(doc, sort_keys=False)
+    if args.dry_run:
+        with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
+            (Path(tmp) / AB_CONFIG).write_text(text)
+            return run_sweep(Path(tmp) / AB_CONFIG, out=out, dry_run=True, argv=argv)
+    path, created = out / AB_CONFIG, not out.exists()
+    if path.exists() and path.read_text() != text and not args.force:
+        raise SweepError(f"{path}: an A/B with another config is there; pass --force or another --out")
+    fresh = not path.exists()
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    try:
+        return run_sweep(path, out=out, resume=args.resume, force=args.force, argv=argv)
+    except SweepError:
+        if fresh and not (out / "sweep.json").exists():
+            path.unlink(missing_ok=True)
+            if created and not any(out.iterdir()):
+                out.rmdir()
+        raise
