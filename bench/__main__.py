@@ -1,4 +1,6 @@
-"""Command line: ``python -m bench sweep|capacity|submit|report|compare|kernels|detect``.
+"""Command line: ``python -m bench sweep|capacity|submit|report|compare|kernels|detect`` (the
+``bench`` console script: ``entry``), and ``--version``. A sweep config may be named by the name
+of one the suite ships (``bench sweep cpu``: bench.distribution).
 
 Bad input prints ``error: <one line>`` to stderr and exits 2, without a traceback.
 """
@@ -12,6 +14,7 @@ from pathlib import Path
 
 try:
     import bench.config.loader  # noqa: F401  (PyYAML and the config: a missing dependency fails here, in one line)
+    from bench import distribution
     from bench.errors import SweepError
     from bench.fileio import WriteError
 except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback
@@ -52,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="DFlash x Liger A/B benchmark sweeps."
     )
+    parser.add_argument("--version", action="version", version=distribution.version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     # sweep and capacity share their flags: one parent parser
@@ -182,8 +186,15 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["PYTHONPATH"] = before
 
 
+def entry() -> None:
+    """The ``bench`` console script ([project.scripts] in pyproject.toml)."""
+    sys.exit(main())
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "config", None) is not None:  # a shipped config by its name: `bench sweep cpu`
+        args.config = distribution.sweep_config(args.config)
     try:
         if args.command in ("sweep", "capacity"):
             from bench.run.sweep import run_sweep

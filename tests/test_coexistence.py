@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.distribution import CHECKOUT, IS_CHECKOUT
 from bench.errors import SweepError
-from bench.trainers.isolation import CHECKOUT, IS_CHECKOUT, embedded_env, isolated_env, which_specforge
+from bench.trainers.isolation import embedded_env, isolated_env, which_specforge
 from tests.helpers import REPO
 from tests.upstream_env import upstream_python
 
