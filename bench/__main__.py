@@ -247,6 +247,15 @@ def _main(argv: list[str] | None) -> int:
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:  # the light install (`pip install .`) running what needs torch
+        if (e.name or "").split(".")[0] not in distribution.TRAIN_PACKAGES:
+            raise
+        print(
+            f"error: this Python ({sys.executable}) lacks {e.name}: {distribution.TRAIN_EXTRA} "
+            f"(`bench {args.command}` needs that extra)",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -135,6 +135,14 @@ def test_an_installed_copy_without_torch_runs_its_own_configs(installed, tmp_pat
     assert r.stdout.startswith(f"sweep cpu ({shipped / 'cpu.yaml'}) -> {tmp_path / 'cpu'}   [dry run")
     assert f"-m specforge prepare {shipped / 'train' / 'tiny-offline.yaml'} " in r.stdout
     assert not (tmp_path / "cpu").exists()
+    # that dry run had our trainer check every arm (`python -m specforge check`, no torch needed):
+    # the shipped one, on PYTHONPATH for our runs only, never for the user's SpecForge
+    code = (
+        "from bench.trainers.isolation import embedded_env, isolated_env\n"
+        "print(embedded_env({})['PYTHONPATH'], isolated_env(embedded_env({})).get('PYTHONPATH'))"
+    )
+    r = run(py, "-c", code, cwd=tmp_path)
+    assert r.stdout.split() == [str(site / "bench" / "shipped"), "None"], r.stderr
 
     # the SpecForge plug's inputs read the shipped profiles
     code = (

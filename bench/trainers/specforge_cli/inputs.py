@@ -34,6 +34,7 @@ from bench.fileio import atomic_write_json
 from bench.trainers.specforge_cli.facts import NAME
 
 FORMAT = 1
+PACKAGES = ("torch", "safetensors")  # what preparing the inputs imports (the train extra)
 EMBED_KEY = "model.language_model.embed_tokens.weight"
 DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "bf16": "bfloat16"}
 
