@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, run_cli
 
 TRAIN_SIDE = ("torch", "functorch", "transformers", "safetensors", "triton", "liger", "nvidia")
 OURS = ("bench", "specforge", "dflash", "__editable__")
@@ -183,3 +183,8 @@ def test_an_installed_copy_without_torch_reports_and_compares(installed, tmp_pat
     assert r.returncode == 0, r.stderr
     assert "gate: passed (4 rows within -2%)" in r.stdout
     assert (out / "compare.csv").is_file() and (out / "compare.png").stat().st_size > 0
+
+
+def test_version_from_a_checkout_is_its_pyproject_and_names_the_checkout():
+    r = run_cli("bench", "--version")
+    assert (r.returncode, r.stdout) == (0, f"dflash-liger-bench {VERSION} (checkout {REPO})\n"), r.stderr
