@@ -75,16 +75,28 @@ SPECFORGE_VENV ?= .venv-specforge
 SPECFORGE_VERSION ?= 0.2.0
 SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
 
-.PHONY: install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200
+.PHONY: install light-install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200
 
+# The training side: the `train` extra (torch, transformers, safetensors) and EXTRAS.
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv --system-site-packages $(VENV)
 	@$(TORCH_STEP)
 	$(AMDSMI_STEP)
-	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	$(BIN)/pip install -q -e '.[train,$(EXTRAS)]'
 	$(LIGER_STEP)
+	@touch $@
+
+# The analysis side only (`pip install .`: report, compare, dry runs; no torch), for `make compare`;
+# a venv that already has the training side (its stamp) is used as it is.
+LIGHT_STAMP = $(VENV)/.installed-light
+COMPARE_INSTALL = $(if $(INSTALL),$(if $(wildcard $(STAMP)),$(INSTALL),light-install))
+light-install: $(LIGHT_STAMP)
+
+$(LIGHT_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv --system-site-packages $(VENV)
+	$(BIN)/pip install -q -e .
 	@touch $@
 
 # Two workers (pytest-xdist, in the dev extra) when available: most tests wait on subprocesses.
@@ -132,7 +144,7 @@ parity-h200:
 export A B OUT FAIL_IF_SLOWER FAIL_IF_GAIN_DROPS FORMAT
 # The user's values reach the shell as environment variables, quoted there ("$$OUT"): a quote in
 # OUT or FAIL_IF_SLOWER is part of the value, never shell syntax.
-compare: $(INSTALL)
+compare: $(COMPARE_INSTALL)
 	@test -n "$$A" -a -n "$$B" || { echo "usage: make compare A=path/to/summary.csv B=path/to/summary.csv [OUT=dir] [FAIL_IF_SLOWER=PCT] [FAIL_IF_GAIN_DROPS=POINTS] [FORMAT=md|json]" >&2; exit 2; }
 	$(PYTHON) -m bench compare "$$A" "$$B" $(if $(OUT),--out "$$OUT") $(if $(FAIL_IF_SLOWER),--fail-if-slower "$$FAIL_IF_SLOWER") $(if $(FAIL_IF_GAIN_DROPS),--fail-if-gain-drops "$$FAIL_IF_GAIN_DROPS") $(if $(FORMAT),--format "$$FORMAT")
 

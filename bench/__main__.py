@@ -1,4 +1,6 @@
-"""Command line: ``python -m bench sweep|capacity|submit|status|report|compare|kernels|detect``.
+"""Command line: ``python -m bench sweep|capacity|submit|status|ab|report|compare|kernels|detect``
+(the ``bench`` console script: ``entry``), and ``--version``. A sweep config may be named by the
+name of one the suite ships (``bench sweep cpu``: bench.distribution).
 
 The sweep loop (bench.run) is handed its engine here: Slurm's (bench/slurm/slurm_engine.py), which
 runs like the local one outside an allocation.
@@ -17,6 +19,7 @@ from bench.run.ab import add_ab_parser
 
 try:
     import bench.config.loader  # noqa: F401  (PyYAML and the config: a missing dependency fails here, in one line)
+    from bench import distribution
     from bench.errors import SweepError
     from bench.fileio import WriteError
 except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback
@@ -70,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="DFlash x Liger A/B benchmark sweeps."
     )
+    parser.add_argument("--version", action="version", version=distribution.version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     # sweep and capacity share their flags: one parent parser
@@ -242,8 +246,15 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["PYTHONPATH"] = before
 
 
+def entry() -> None:
+    """The ``bench`` console script ([project.scripts] in pyproject.toml)."""
+    sys.exit(main())
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "config", None) is not None:  # a shipped config by its name: `bench sweep cpu`
+        args.config = distribution.sweep_config(args.config)
     try:
         if args.command in ("sweep", "capacity"):
             from bench.run.sweep import run_sweep
@@ -308,6 +319,15 @@ def _main(argv: list[str] | None) -> int:
             return rc if isinstance(rc, int) else 0
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:  # the light install (`pip install .`) running what needs torch
+        if (e.name or "").split(".")[0] not in distribution.TRAIN_PACKAGES:
+            raise
+        print(
+            f"error: this Python ({sys.executable}) lacks {e.name}: {distribution.TRAIN_EXTRA} "
+            f"(`bench {args.command}` needs that extra)",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

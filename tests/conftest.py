@@ -1,9 +1,12 @@
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import CONFIGS, run_cli
+from tests.helpers import CONFIGS, REPO, run_cli
 
 # Reports built by the tests (in-process and by every sweep a test starts) write their CSVs and
 # report.md but draw no PNGs: matplotlib's rendering is ~2 s of CPU per report. The tests of the
@@ -45,3 +48,21 @@ def no_plots(monkeypatch):
     for module, name in ((plots, "plot_throughput"), (plots, "plot_vram_per_card"), (runplots, "plot_loss_curves"),
                          (runplots, "plot_step_time_dist"), (report, "plot_forest")):  # fmt: skip
         monkeypatch.setattr(module, name, skip)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """Our distribution's wheel, built from a copy of the sources (the build writes build/ and
+    *.egg-info beside them); the copy keeps specforge/ at the top, so leaving it out there is the
+    build's doing. The copy follows bench/shipped's links, as a build of the checkout does."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    for pkg in ("bench", "specforge", "configs"):
+        shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "-w", str(tmp), str(src)], check=True, capture_output=True, timeout=300)
+    (whl,) = tmp.glob("*.whl")
+    return whl

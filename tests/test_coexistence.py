@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.distribution import CHECKOUT, IS_CHECKOUT
 from bench.errors import SweepError
-from bench.trainers.isolation import CHECKOUT, IS_CHECKOUT, embedded_env, isolated_env, which_specforge
+from bench.trainers.isolation import embedded_env, isolated_env, which_specforge
 from tests.helpers import REPO
 from tests.upstream_env import upstream_python
 
@@ -70,23 +71,6 @@ def changed_files(site: Path, dist_info: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def wheel(tmp_path_factory) -> Path:
-    """Our distribution's wheel, built from a copy of the sources (the build writes build/ and
-    *.egg-info beside them); the copy keeps specforge/, so leaving it out is the build's doing."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    for pkg in ("bench", "specforge"):
-        shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*pip, "-w", str(tmp), str(src)], check=True, capture_output=True, timeout=300)
-    (whl,) = tmp.glob("*.whl")
-    return whl
-
-
-@pytest.fixture(scope="session")
 def target(wheel, tmp_path_factory) -> Path:
     """Our wheel installed with ``pip install --target`` (a folder to put on PYTHONPATH)."""
     out = tmp_path_factory.mktemp("target")
@@ -103,6 +87,9 @@ def test_the_distribution_installs_bench_and_not_our_trainer(wheel, target):
     assert "bench" in tops and "specforge" not in tops, sorted(tops)
     assert (target / "bench" / "trainers" / "isolation.py").is_file()
     assert not (target / "specforge").exists()
+    # our trainer ships only inside bench's own folder, which no Python puts on sys.path by itself
+    assert (target / "bench" / "shipped" / "specforge" / "train.py").is_file()
+    assert tops == {"bench", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
 
 
 @pytest.mark.slow

@@ -52,7 +52,7 @@ def nvidia_install(v: str) -> list[str]:
     return [
         f"test -x {v}/bin/python || python3 -m venv --system-site-packages {v}",
         f"{v}/bin/python -c \"import torch\" 2>/dev/null || {v}/bin/pip install -q 'torch==2.13.0'",
-        f"{v}/bin/pip install -q -e '.[dev,liger,nvidia]'",
+        f"{v}/bin/pip install -q -e '.[train,dev,liger,nvidia]'",
         f"touch {v}/.installed-dev-liger-nvidia",
     ]
 
@@ -63,7 +63,7 @@ def rocm_install(v: str, amdsmi_step: str) -> list[str]:
         f'{v}/bin/python -c "import torch" 2>/dev/null || {{ echo "no torch in {v}: install a ROCm build of '
         'torch first (docs/rocm.md), or run with INSTALL= PYTHON=python3" >&2; exit 1; }',
         amdsmi_step,
-        f"{v}/bin/pip install -q -e '.[dev,rocm]'",
+        f"{v}/bin/pip install -q -e '.[train,dev,rocm]'",
         f"{v}/bin/pip install -q --no-deps 'liger-kernel>=0.6.0'",
         f"touch {v}/.installed-dev-rocm",
     ]
@@ -132,6 +132,37 @@ def test_bench_on_amd_installs_rocm_extras(venv, rocm):
             for line in rocm_install(venv, pip_rocm_amdsmi(venv, rocm))
         ],
         f"config=$({venv}/bin/python -m bench detect) && {venv}/bin/python -m bench sweep $config --resume",
+    ]
+
+
+COMPARE_USAGE = (
+    'test -n "x/summary.csv" -a -n "y/summary.csv" || { echo "usage: make compare A=path/to/summary.csv '
+    'B=path/to/summary.csv [OUT=dir] [FAIL_IF_SLOWER=PCT]" >&2; exit 2; }'
+)
+
+
+def test_compare_installs_only_the_light_side(venv):
+    # Issue 26.5: `make compare` reads CSVs; it installed the whole training environment.
+    lines = make("compare", "A=x/summary.csv", "B=y/summary.csv", f"VENV={venv}", "GPU_STACK=nvidia")
+    assert lines == [
+        f"test -x {venv}/bin/python || python3 -m venv --system-site-packages {venv}",
+        f"{venv}/bin/pip install -q -e .",
+        f"touch {venv}/.installed-light",
+        COMPARE_USAGE,
+        f"{venv}/bin/python -m bench compare 'x/summary.csv' 'y/summary.csv'",
+    ]
+    assert not any("torch" in line or "[" in line.split("bench compare")[0] for line in lines[:3])
+
+
+def test_compare_uses_a_venv_that_has_the_training_side_as_it_is(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed-dev-liger-nvidia").touch()  # `make install` done, newer than pyproject.toml
+    lines = make("compare", "A=x/summary.csv", "B=y/summary.csv", f"VENV={venv}", "GPU_STACK=nvidia")
+    assert lines == [COMPARE_USAGE, f"{venv}/bin/python -m bench compare 'x/summary.csv' 'y/summary.csv'"]
+    assert make("compare", "A=x/summary.csv", "B=y/summary.csv", "INSTALL=", "PYTHON=python3") == [
+        COMPARE_USAGE,
+        "python3 -m bench compare 'x/summary.csv' 'y/summary.csv'",
     ]
 
 
@@ -246,13 +277,13 @@ def test_gpu_stack_detection(tmp_path, venv, rocm, hip, cuda, rocm_tree, extras)
     py = fake_python_with_torch(tmp_path, hip, cuda)
     root = rocm if rocm_tree else tmp_path / "no-rocm"
     assert install_line(make("install", f"VENV={venv}", f"PY={py}", f"ROCM_PATH={root}")) == (
-        f"{venv}/bin/pip install -q -e '.[{extras}]'"
+        f"{venv}/bin/pip install -q -e '.[train,{extras}]'"
     )
 
 
 def test_gpu_stack_override(venv, tmp_path):
     lines = make("install", f"VENV={venv}", "GPU_STACK=rocm", f"ROCM_PATH={tmp_path}/none")
-    assert install_line(lines) == f"{venv}/bin/pip install -q -e '.[dev,rocm]'"
+    assert install_line(lines) == f"{venv}/bin/pip install -q -e '.[train,dev,rocm]'"
 
 
 # -- ROCm: which amdsmi, liger-kernel without triton -----------------------------------------

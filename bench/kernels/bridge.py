@@ -68,14 +68,15 @@ def check_out_path(out_dir: Path) -> None:
 
 
 def our_trainer_importable() -> None:
-    """Our trainer (specforge/) is not installed into site-packages: put this checkout first on
-    the driver's sys.path, so that the attribution imports ours from any working directory."""
+    """Our trainer (specforge/) is not a top-level package of site-packages: put its folder (this
+    checkout, or an installed copy's bench/shipped) first on the driver's sys.path, so that the
+    attribution imports ours from any working directory."""
     import sys
 
-    from bench.trainers.isolation import CHECKOUT, IS_CHECKOUT
+    from bench.distribution import TRAINER_ROOT
 
-    if IS_CHECKOUT and str(CHECKOUT) not in sys.path:
-        sys.path.insert(0, str(CHECKOUT))
+    if TRAINER_ROOT is not None and str(TRAINER_ROOT) not in sys.path:
+        sys.path.insert(0, str(TRAINER_ROOT))
 
 
 def git_commit() -> str | None:

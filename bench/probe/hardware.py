@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from pathlib import Path
 
+from bench.distribution import CONFIGS
 from bench.probe.opener import open_backend
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = CONFIGS  # the checkout's configs/, or an installed copy's shipped ones
 ENV_OVERRIDE = "BENCH_HARDWARE"
 
 # Name fragments (upper case) per kind, tried in order.

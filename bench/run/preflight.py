@@ -10,6 +10,7 @@ import sys
 
 from bench.arms import ARMS
 from bench.config import CPU_MAX_PROCS, SweepConfig
+from bench.distribution import TRAIN_EXTRA
 from bench.errors import SweepError
 from bench.probe import hardware
 
@@ -81,10 +82,13 @@ def skip_lines(reasons: dict[str, str]) -> list[str]:
 def check_imports(missing: list[str]) -> None:
     """One line naming the missing packages (the driver's and the plug's trainer's), not a
     ModuleNotFoundError later."""
-    missing = [m for m in DRIVER_PACKAGES if importlib.util.find_spec(m) is None] + missing
+    driver = [m for m in DRIVER_PACKAGES if importlib.util.find_spec(m) is None]
+    missing = driver + missing
     if missing:
+        # the light install (`pip install .`) has the driver's packages, not the trainer's
+        fix = "run `make install` (the venv)" if driver else f"{TRAIN_EXTRA} (training needs that extra)"
         raise SweepError(
-            f"this Python ({sys.executable}) lacks {', '.join(missing)}: run `make install` (the venv), or "
+            f"this Python ({sys.executable}) lacks {', '.join(missing)}: {fix}, or "
             "point PYTHON= at an environment that has them"
         )
 

@@ -1,12 +1,13 @@
 """Which ``specforge`` a run imports. Our trainer (``specforge/`` in this checkout) and upstream
 SpecForge (PyPI ``specforge``) share one import name, so neither may find the other's:
 
-- runs of OUR trainer get the checkout on PYTHONPATH (``embedded_env``): ours is not installed
-  into site-packages, and ``python -m specforge`` must find it from any working directory;
+- runs of OUR trainer get its folder on PYTHONPATH (``embedded_env``): the checkout, or in an
+  installed copy ``bench/shipped`` (bench.distribution.TRAINER_ROOT). Ours is never a top-level
+  package of site-packages, and ``python -m specforge`` must find it from any working directory;
 - runs of the USER's SpecForge get ``isolated_env``: PYTHONSAFEPATH=1 (Python >= 3.11: the
   working directory and the script's folder are not put on ``sys.path``, so a run started from
   this checkout's root cannot pick up ours; SpecForge's own worker processes inherit it) and a
-  PYTHONPATH without this checkout. ``which_specforge`` checks an interpreter under that
+  PYTHONPATH without our trainer's folder. ``which_specforge`` checks an interpreter under that
   environment before a sweep launches anything there.
 """
 
@@ -20,13 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bench.distribution import TRAINER_ROOT
 from bench.errors import SweepError
 
-# The folder holding bench/ and specforge/. When the suite is installed rather than run from a
-# checkout, this is the site-packages folder holding bench/: then there is no trainer of ours
-# (and a specforge/ beside bench/ is the user's), which IS_CHECKOUT tells apart.
-CHECKOUT = Path(__file__).resolve().parents[2]
-IS_CHECKOUT = (CHECKOUT / "pyproject.toml").is_file() and (CHECKOUT / "specforge" / "train.py").is_file()
 PROBE_TIMEOUT_S = 60.0
 
 # Run by the user's interpreter: facts about its specforge, printed as one JSON object. It imports
@@ -58,12 +55,12 @@ print(json.dumps(facts))
 
 
 def embedded_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` for a run of our trainer: the checkout first on PYTHONPATH (once; empty entries,
-    the run's working directory, dropped)."""
+    """``env`` for a run of our trainer: its folder (the checkout, or an installed copy's
+    bench/shipped) first on PYTHONPATH (once; empty entries, the run's working directory, dropped)."""
     out = dict(env)
-    if IS_CHECKOUT:  # an installed suite has no trainer of ours to put on the path
-        rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and _resolve(p) != CHECKOUT]
-        out["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), *rest])
+    if TRAINER_ROOT is not None:  # an installed copy built without our trainer has none to add
+        rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and _resolve(p) != TRAINER_ROOT]
+        out["PYTHONPATH"] = os.pathsep.join([str(TRAINER_ROOT), *rest])
     return out
 
 
@@ -72,7 +69,7 @@ def isolated_env(env: Mapping[str, str]) -> dict[str, str]:
     in this checkout (without PYTHONPATH when none is left). Empty entries go too: they stand for
     the run's working directory."""
     out = {**env, "PYTHONSAFEPATH": "1"}
-    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and not _in_checkout(p)]
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and not _in_trainer_root(p)]
     out.pop("PYTHONPATH", None)
     if kept:
         out["PYTHONPATH"] = os.pathsep.join(kept)
@@ -147,13 +144,14 @@ def _resolve(entry: str) -> Path:
     return Path(entry).expanduser().resolve()
 
 
-def _in_checkout(entry: str) -> bool:
-    """Whether a path (a PYTHONPATH entry, relative ones from here) is this checkout or inside it;
-    never for an installed suite (CHECKOUT is then the site-packages that may hold the user's)."""
-    return IS_CHECKOUT and _resolve(entry).is_relative_to(CHECKOUT)
+def _in_trainer_root(entry: str) -> bool:
+    """Whether a path (a PYTHONPATH entry, relative ones from here) is our trainer's folder or
+    inside it: this checkout, or an installed copy's bench/shipped (never its site-packages,
+    which may hold the user's specforge)."""
+    return TRAINER_ROOT is not None and _resolve(entry).is_relative_to(TRAINER_ROOT)
 
 
 def _ours(file: str) -> bool:
     """Whether a module file is our trainer's (a cached upstream environment inside the checkout,
     such as .venv-specforge/, is not)."""
-    return IS_CHECKOUT and _resolve(file).is_relative_to(CHECKOUT / "specforge")
+    return TRAINER_ROOT is not None and _resolve(file).is_relative_to(TRAINER_ROOT / "specforge")

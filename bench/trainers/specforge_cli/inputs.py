@@ -29,17 +29,18 @@ from typing import Any
 import yaml
 
 import bench.config.yamlio as yamlio
+from bench.distribution import PROFILES  # the checkout's configs/profiles, or the shipped ones
 from bench.fileio import atomic_write_json
 from bench.trainers.specforge_cli.facts import NAME
 
 FORMAT = 1
-PROFILES = Path(__file__).resolve().parents[3] / "configs" / "profiles"
+PACKAGES = ("torch", "safetensors")  # what preparing the inputs imports (the train extra)
 EMBED_KEY = "model.language_model.embed_tokens.weight"
 DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "bf16": "bfloat16"}
 
 
 def load_profile(train: dict) -> dict:
-    """The profile our training config names (configs/profiles/<name>.yaml)."""
+    """The profile our training config names (configs/profiles/<name>.yaml, shipped with the suite)."""
     path = PROFILES / f"{train['profile']}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in PROFILES.glob("*.yaml")))

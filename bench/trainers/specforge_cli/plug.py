@@ -13,6 +13,7 @@ itself (``--plan``) before anything is written. Keys it owns: bench/trainers/spe
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import shutil
@@ -111,7 +112,10 @@ class SpecForgeCliPlug:
         return bool(self.info.get("gpu_count"))
 
     def missing_packages(self, cfg: SweepConfig) -> list[str]:
-        return []  # the user's environment is checked by check_cells, with SpecForge itself
+        """The user's environment is checked by check_cells, with SpecForge itself; the driver's own
+        Python prepares SpecForge's inputs from our training configs (inputs.py: torch, safetensors)."""
+        prepares = any(c.prepared for c in cfg.cells if c.trainer == NAME)
+        return [m for m in inputs.PACKAGES if prepares and importlib.util.find_spec(m) is None]
 
     def preload(self, cfg: SweepConfig) -> list[str]:
         return []  # another interpreter: runs start afresh, never forked from the driver's server
