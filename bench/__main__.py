@@ -251,72 +251,78 @@ def entry() -> None:
     sys.exit(main())
 
 
+def _dispatch(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Run the parsed command; SweepError (and the others _main turns into one line) propagate."""
+    if args.command in ("sweep", "capacity"):
+        from bench.run.sweep import run_sweep
+        from bench.slurm.slurm_engine import SlurmEngine
+
+        return run_sweep(
+            args.config,
+            out=args.out,
+            resume=args.resume,
+            force=args.force,
+            dry_run=args.dry_run,
+            capacity=args.command == "capacity",
+            retry_failed=getattr(args, "retry_failed", False),
+            engine=SlurmEngine(),
+        )
+    if args.command == "ab":
+        from bench.run.ab import run_ab
+
+        return run_ab(args, ["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
+    if args.command == "submit":
+        from bench.slurm.submit import submit
+
+        return submit(**{k: v for k, v in vars(args).items() if k != "command"})
+    if args.command == "status":
+        from bench.slurm.status import show_status
+
+        return show_status(Path(args.dir), args.lines)
+    if args.command == "report":
+        from bench.run.console import report
+
+        if not (Path(args.dir) / "runs").is_dir():
+            raise SweepError(f"{args.dir}: no runs/ directory; expected the output directory of a sweep")
+        return report(Path(args.dir))
+    if args.command == "compare":
+        from bench.results.compare import run_compare
+
+        try:
+            return run_compare(
+                args.a, args.b, args.out, args.fail_if_slower, args.fail_if_inconclusive,
+                args.fail_if_gain_drops, args.format,
+            )  # fmt: skip
+        except ValueError as e:
+            raise SweepError(str(e)) from None
+    if args.command == "kernels":
+        from bench.kernels.cli import run_kernels
+
+        return run_kernels(
+            args.config,
+            out=args.out,
+            cells=args.cell,
+            sweep_dir=args.sweep_dir,
+            reps=args.reps,
+            warmup=args.warmup,
+            profile=args.profile,
+            rebuild=args.rebuild,
+            argv=sys.argv[2:] if argv is None else argv[1:],
+        )
+    if args.command == "detect":
+        from bench.probe.hardware import main_detect
+
+        rc = main_detect()
+        return rc if isinstance(rc, int) else 0
+    return 2
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "config", None) is not None:  # a shipped config by its name: `bench sweep cpu`
         args.config = distribution.sweep_config(args.config)
     try:
-        if args.command in ("sweep", "capacity"):
-            from bench.run.sweep import run_sweep
-            from bench.slurm.slurm_engine import SlurmEngine
-
-            return run_sweep(
-                args.config,
-                out=args.out,
-                resume=args.resume,
-                force=args.force,
-                dry_run=args.dry_run,
-                capacity=args.command == "capacity",
-                retry_failed=getattr(args, "retry_failed", False),
-                engine=SlurmEngine(),
-            )
-        if args.command == "ab":
-            from bench.run.ab import run_ab
-
-            return run_ab(args, ["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
-        if args.command == "submit":
-            from bench.slurm.submit import submit
-
-            return submit(**{k: v for k, v in vars(args).items() if k != "command"})
-        if args.command == "status":
-            from bench.slurm.status import show_status
-
-            return show_status(Path(args.dir), args.lines)
-        if args.command == "report":
-            from bench.run.console import report
-
-            if not (Path(args.dir) / "runs").is_dir():
-                raise SweepError(f"{args.dir}: no runs/ directory; expected the output directory of a sweep")
-            return report(Path(args.dir))
-        if args.command == "compare":
-            from bench.results.compare import run_compare
-
-            try:
-                return run_compare(
-                    args.a, args.b, args.out, args.fail_if_slower, args.fail_if_inconclusive,
-                    args.fail_if_gain_drops, args.format,
-                )  # fmt: skip
-            except ValueError as e:
-                raise SweepError(str(e)) from None
-        if args.command == "kernels":
-            from bench.kernels.cli import run_kernels
-
-            return run_kernels(
-                args.config,
-                out=args.out,
-                cells=args.cell,
-                sweep_dir=args.sweep_dir,
-                reps=args.reps,
-                warmup=args.warmup,
-                profile=args.profile,
-                rebuild=args.rebuild,
-                argv=sys.argv[2:] if argv is None else argv[1:],
-            )
-        if args.command == "detect":
-            from bench.probe.hardware import main_detect
-
-            rc = main_detect()
-            return rc if isinstance(rc, int) else 0
+        return _dispatch(args, argv)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -177,11 +177,11 @@ STEP_CASES = {
     "step time 0": ({4: {"step_time_s": 0}}, "line 4 (step 4): step_time_s = 0, not a finite number > 0"),
     "step time 1e-9": (
         {4: {"step_time_s": 1e-9}},
-        "line 4 (step 4): step_time_s = 1e-09, not within 1/50 to 50",
+        "line 4 (step 4): step_time_s = 1e-09, not within 1/50 to 1000",
     ),
     "step time 1e308": (
         {4: {"step_time_s": 1e308}},
-        "line 4 (step 4): step_time_s = 1e+308, not within 1/50 to 50",
+        "line 4 (step 4): step_time_s = 1e+308, not within 1/50 to 1000",
     ),
     "samples 400": (
         {4: {"samples": 400}},

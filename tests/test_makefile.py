@@ -136,8 +136,9 @@ def test_bench_on_amd_installs_rocm_extras(venv, rocm):
 
 
 COMPARE_USAGE = (
-    'test -n "x/summary.csv" -a -n "y/summary.csv" || { echo "usage: make compare A=path/to/summary.csv '
-    'B=path/to/summary.csv [OUT=dir] [FAIL_IF_SLOWER=PCT]" >&2; exit 2; }'
+    'test -n "$A" -a -n "$B" || { echo "usage: make compare A=path/to/summary.csv '
+    'B=path/to/summary.csv [OUT=dir] [FAIL_IF_SLOWER=PCT] [FAIL_IF_GAIN_DROPS=POINTS] [FORMAT=md|json]" '
+    ">&2; exit 2; }"
 )
 
 
@@ -149,7 +150,7 @@ def test_compare_installs_only_the_light_side(venv):
         f"{venv}/bin/pip install -q -e .",
         f"touch {venv}/.installed-light",
         COMPARE_USAGE,
-        f"{venv}/bin/python -m bench compare 'x/summary.csv' 'y/summary.csv'",
+        f'{venv}/bin/python -m bench compare "$A" "$B"',
     ]
     assert not any("torch" in line or "[" in line.split("bench compare")[0] for line in lines[:3])
 
@@ -159,10 +160,10 @@ def test_compare_uses_a_venv_that_has_the_training_side_as_it_is(tmp_path):
     venv.mkdir()
     (venv / ".installed-dev-liger-nvidia").touch()  # `make install` done, newer than pyproject.toml
     lines = make("compare", "A=x/summary.csv", "B=y/summary.csv", f"VENV={venv}", "GPU_STACK=nvidia")
-    assert lines == [COMPARE_USAGE, f"{venv}/bin/python -m bench compare 'x/summary.csv' 'y/summary.csv'"]
+    assert lines == [COMPARE_USAGE, f'{venv}/bin/python -m bench compare "$A" "$B"']
     assert make("compare", "A=x/summary.csv", "B=y/summary.csv", "INSTALL=", "PYTHON=python3") == [
         COMPARE_USAGE,
-        "python3 -m bench compare 'x/summary.csv' 'y/summary.csv'",
+        'python3 -m bench compare "$A" "$B"',
     ]
 
 

@@ -18,7 +18,8 @@ CONFIG = REPO / "configs" / "cpu-parity.yaml"
 
 
 def test_windows_join_a_short_tail():
-    assert windows(list(range(1, 26)), 10) == [list(range(1, 11)), list(range(11, 26))]
+    assert windows(list(range(1, 25)), 10) == [list(range(1, 11)), list(range(11, 25))]  # 4 < 5: joined
+    assert windows(list(range(1, 26)), 10)[-1] == list(range(21, 26))  # 5 steps: a window of its own
     assert windows(list(range(1, 31)), 10)[-1] == list(range(21, 31))
 
 

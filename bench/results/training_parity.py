@@ -94,7 +94,8 @@ def windows(steps: list[int], width: int) -> list[list[int]]:
     """Consecutive windows of ``width`` steps; a last window shorter than half joins the one before."""
     chunks = [steps[i : i + width] for i in range(0, len(steps), width)]
     if len(chunks) > 1 and len(chunks[-1]) < width / 2:
-        chunks[-2] += chunks.pop()
+        tail = chunks.pop()
+        chunks[-1] = chunks[-1] + tail
     return chunks
 
 
