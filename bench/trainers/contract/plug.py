@@ -44,6 +44,18 @@ CONTRACT_KEYS = {
 }
 
 
+def run_check(argv: list[str]) -> subprocess.CompletedProcess:
+    """The trainer's check, its output as text (bytes that are not UTF-8 replaced, not a traceback)."""
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=CHECK_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 @dataclass(frozen=True)
 class ContractPlug:
     module: str  # the trainer's module (python -m MODULE)
@@ -123,14 +135,7 @@ class ContractPlug:
     def _check_one(self, cfg: SweepConfig, cell: Cell, argv: list[str]) -> None:
         where = f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id})"
         try:
-            r = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=CHECK_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-            )
+            r = run_check(argv)
         except subprocess.TimeoutExpired:
             raise SweepError(
                 f"{where}: the trainer's check did not answer in {CHECK_TIMEOUT_S:g} s"
@@ -148,14 +153,7 @@ class ContractPlug:
         format: the trainer's check says), or None."""
         argv = self.check_command(cfg, cell, out_dir, cdir)
         try:
-            r = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=CHECK_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-            )
+            r = run_check(argv)
         except subprocess.TimeoutExpired:
             return f"its check did not answer in {CHECK_TIMEOUT_S:g} s"
         if r.returncode == 0:
