@@ -6,7 +6,10 @@ With ``training.log_interval=1`` SpecForge prints one line per optimizer step an
              'perf/optimizer_step_time_s': 0.0612, 'perf/global_samples_per_second': 65.3,
              'perf/data_wait_time_s': 0.0039, 'perf/train_compute_time_s': 0.0573, ...}
 
-(a Python dict of floats, or of lists of floats). Its step time is host wall time from the end
+(a Python dict of floats, or of lists of floats). Every rank prints its own line, unlabelled, to
+the one stdout torchrun passes through; ``print`` writes the text and its newline in two writes,
+so two ranks' lines often arrive as one: ``step 1: {...}step 1: {...}`` then an empty line
+(tests/data/specforge-0.2.0-cpu-2rank-stdout.log): parse_step_lines splits them. Its step time is host wall time from the end
 of the previous logged step to the end of this one; at every step the logger turns the loss
 into a Python float, which waits for the device, so in steady state the window is the step's
 device time too. SpecForge logs no memory: the driver's poller measures it. A line cut short
@@ -46,6 +49,14 @@ def parse_step_line(line: str) -> tuple[int, dict[str, Any]] | None:
             return None
         pos = item.end()
     return int(m.group(1)), values
+
+
+_RANKS_JOINED = re.compile(r"(?<=\})(?=step \d+: \{)")
+
+
+def parse_step_lines(line: str) -> list[tuple[int, dict[str, Any]]]:
+    """Every step record of one line of output: several when ranks' lines were joined."""
+    return [p for p in map(parse_step_line, _RANKS_JOINED.split(line.strip())) if p is not None]
 
 
 _POSITION_KEY = re.compile(

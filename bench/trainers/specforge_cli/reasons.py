@@ -7,7 +7,9 @@ first lines) and its log, over the shared timeout / OOM classification (bench/tr
 - no recognised step line: says so, with SpecForge's first lines (another SpecForge version's
   log format, or output going elsewhere);
 - a crash: the last line of SpecForge's own traceback (``ValueError: ...``);
-- exited 0 before its last step: the step it stopped at.
+- exited 0 before its last step: the step it stopped at;
+- a rank that died under torchrun (several ranks): the rank torchrun names as the root cause,
+  how it ended, and the last step every rank logged.
 """
 
 from __future__ import annotations
@@ -24,6 +26,39 @@ _EXC_RE = re.compile(
     r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b:?.*)$"
 )
 _STEP_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?step \d+: \{")
+
+
+_ROOT_CAUSE = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)")
+_EXITCODE = re.compile(r"^\s*exitcode\s*: (-?\d+)")
+
+
+def failed_rank(lines: list[str]) -> tuple[int, int] | None:
+    """(rank, exit code) of torchrun's "Root Cause (first observed failure)" block, else None."""
+    for i, ln in enumerate(lines):
+        if ln.startswith("Root Cause"):
+            rank = code = None
+            for nxt in lines[i + 1 : i + 8]:
+                rank = rank if rank is not None else (m.group(1) if (m := _ROOT_CAUSE.match(nxt)) else None)
+                code = code if code is not None else (m.group(1) if (m := _EXITCODE.match(nxt)) else None)
+            if rank is not None and code is not None:
+                return int(rank), int(code)
+    return None
+
+
+def rank_died(lines: list[str], exit_doc: dict, run: Run, rc: int) -> dict | None:
+    """The reason of a multi-rank run torchrun ended because one rank failed."""
+    found = failed_rank(lines) if run.cell.gpus > 1 else None
+    if found is None:
+        return None
+    rank, code = found
+    how = f"was killed by {signal_name(-code)}" if code < 0 else f"exited with status {code}"
+    exc = last_exception(lines)
+    return {
+        "status": "error",
+        "reason": f"rank {rank} of {run.cell.gpus} {how} {at_step(exit_doc, run.cell.steps)}"
+        + (f": {exc}" if exc and code > 0 else "")
+        + f"; torchrun stopped the other ranks (exit code {rc})",
+    }
 
 
 def signal_name(num: int) -> str:
@@ -94,6 +129,8 @@ def failure(rdir: Path, run: Run, rc: int, timed_out: bool, exit_doc: dict) -> d
             "reason": f"SpecForge was killed by {by} {at_step(exit_doc, steps)}"
             + (hint if sig == signal.SIGKILL and not sent else ""),
         }
+    if rc != 0 and (died := rank_died(lines, exit_doc, run, rc)) is not None:
+        return died
     if rc != 0:
         exc = last_exception(lines)
         if exc is None and exit_doc and not exit_doc.get("last_step"):

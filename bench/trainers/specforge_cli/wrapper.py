@@ -41,7 +41,7 @@ from pathlib import Path
 
 from bench.fileio import atomic_write_json
 from bench.trainers.isolation import isolated_env
-from bench.trainers.specforge_cli.log import StepCollector, parse_step_line
+from bench.trainers.specforge_cli.log import StepCollector, parse_step_lines
 
 OUTPUT = "specforge-out"  # SpecForge's output_dir inside the run directory
 STOP_GRACE_S = 30.0
@@ -153,8 +153,7 @@ def stream(
             seen["lines"] += 1
             if len(seen["head"]) < HEAD_LINES and line.strip():
                 seen["head"].append(line.strip()[:160])
-            parsed = parse_step_line(line)
-            if parsed is not None:
+            for parsed in parse_step_lines(line):  # two ranks' lines may arrive joined
                 now = time.time()
                 seen["first"] = seen["first"] or now
                 seen["last"] = now
