@@ -31,6 +31,8 @@
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
 #   parity    configs/h200-parity.yaml: training parity, 200 steps of the 4B draft on learnable data
 #             (baseline, A/A, Liger; `make parity-h200`)
+#   sfparity  configs/h200-specforge-parity.yaml: training parity of the real SpecForge CLI beside
+#             ours, 200 steps of the tiny profile in bfloat16 on learnable data (baseline, A/A, Liger)
 # STAGE:N caps that stage at N seconds (e.g. `options:300 optkernels`).
 # A stage stops cleanly at the deadline (SIGINT: the run in flight is dropped and redone on
 # the next call); call again to finish. Each sweep directory, without its data and compile
@@ -48,7 +50,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -106,6 +108,7 @@ for spec in $stages; do
     sffaults) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage sf-faults bash scripts/sf_faults.sh ;;
     profile) run_stage profile bash -c profile ;;
     parity) run_stage h200-parity make parity-h200 INSTALL= PYTHON=python3 OUT=$W/h200-parity ;;
+    sfparity) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-parity python3 -m bench sweep configs/h200-specforge-parity.yaml --out $W/h200-specforge-parity --resume ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -13,6 +13,11 @@ from tests.helpers import CONFIGS, REPO, run_cli
 # figures turn drawing back on (plots_on; env PLOTS_ON for a subprocess).
 os.environ["BENCH_NO_PLOTS"] = "1"
 PLOTS_ON = {"BENCH_NO_PLOTS": "0"}
+# One intra-op thread per torch process (this worker's and every run a test starts): two pytest
+# workers on two cores each starting a training run that spins as many OpenMP threads as there
+# are cores oversubscribe the machine (two CPU parity sweeps side by side: 71 s with the default,
+# 20 s with one thread each, on the 2-core machine). A value set outside is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(items):

@@ -557,3 +557,31 @@ def test_prime_runs_out_of_range_is_one_line(tmp_path, fakes, capsys):
     assert main(["sweep", str(cfg), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "prime_runs: expected 0 to 3" in err and "\n" not in err
+
+
+def test_kill_tree_ends_a_grandchild_that_left_the_session(tmp_path):
+    """As torchrun's ranks do: a child in a session of its own is still found (by parent links)
+    and killed with its parent, which is stopped first so that it cannot start another."""
+    pidfile = tmp_path / "grandchild"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+            f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
+            "time.sleep(60)",
+        ]
+    )
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    assert child in launcher.descendants(parent.pid)
+    assert launcher.kill_tree(parent.pid) == 2
+    assert parent.wait(timeout=10) == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while (st := launcher._stat(child)) is not None and st[0] != "Z":  # reaped by init, or a zombie
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)

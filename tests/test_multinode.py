@@ -130,7 +130,12 @@ def test_a_missing_node_and_a_killed_poller_are_named(tmp_path):
 
 
 def test_local_nodes_gives_each_copy_its_node_id_and_its_own_gpus(tmp_path):
-    probe = "import os; print(os.environ['SLURM_NODEID'], os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    # one write() per copy: the copies share one pipe, and print()'s separate pieces interleave
+    # when stdout is unbuffered (seen in CI: "01 2,3")
+    probe = (
+        "import os, sys; sys.stdout.write("
+        "f\"{os.environ['SLURM_NODEID']} {os.environ.get('CUDA_VISIBLE_DEVICES')}\\n\")"
+    )
     cmd = [
         sys.executable,
         "-m",

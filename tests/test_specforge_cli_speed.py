@@ -92,7 +92,7 @@ def test_runs_stop_after_their_last_step_leave_no_checkpoint_and_report_their_ov
     runs = pd.read_csv(out / "runs.csv").set_index("run_id")
     for rdir in (out / "runs").iterdir():
         exit_doc = json.loads((rdir / "specforge.json").read_text())
-        assert exit_doc["stop"]["stopped"] and exit_doc["last_step"] == 3 and exit_doc["exit_code"] == 143
+        assert exit_doc["stop"]["stopped"] and exit_doc["last_step"] == 3 and exit_doc["exit_code"] == -9
         assert not (rdir / "specforge-out").exists()
         assert runs.loc[rdir.name, "exit_s"] == exit_doc["exit_after_last_step_s"] < 30
     assert runs["run_wall_s"].gt(runs["startup_s"]).all()

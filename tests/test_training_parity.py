@@ -4,6 +4,8 @@ equivalent, a correct one as equivalent."""
 
 from __future__ import annotations
 
+import shutil
+
 import pandas as pd
 import pytest
 
@@ -38,19 +40,22 @@ def test_divergence_takes_the_largest_over_rounds():
 
 @pytest.fixture(scope="module")
 def parity_sweeps(tmp_path_factory):
-    """The CPU parity sweep as shipped, and once more with adamw_plain made wrong: its runs train in
-    bfloat16 instead of float32 (a deliberately wrong numerics arm; the baseline and A/A arms stay)."""
+    """The CPU parity sweep as shipped, and once more with adamw_plain made wrong: its run trains in
+    bfloat16 instead of float32 (a deliberately wrong numerics arm; the baseline and A/A runs are
+    the first sweep's, copied: only that run is redone, by --resume)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("BENCH_NO_PLOTS", "1")
     good = tmp_path_factory.mktemp("parity") / "good"
     assert run_sweep(CONFIG, out=good) == 0
+    bad = tmp_path_factory.mktemp("parity") / "bad"
+    shutil.copytree(good, bad, symlinks=True)
+    shutil.rmtree(bad / "runs" / "tiny_offline_bs2_s128_adamw_plain_r1")
     wrong_sets = lambda self, arm: {  # noqa: E731
         **our_keys.arm_sets(arm),
         **({"model.dtype": "bfloat16"} if arm.name == "adamw_plain" else {}),
     }
     mp.setattr(EmbeddedPlug, "arm_sets", wrong_sets)
-    bad = tmp_path_factory.mktemp("parity") / "bad"
-    assert run_sweep(CONFIG, out=bad) == 0
+    assert run_sweep(CONFIG, out=bad, resume=True) == 0
     mp.undo()
     return pd.read_csv(good / "training_parity.csv"), pd.read_csv(bad / "training_parity.csv"), good
 

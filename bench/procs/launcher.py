@@ -136,6 +136,46 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (its children, theirs, ...), from /proc's parent links:
+    also those that left ``root``'s process group or session (torchrun's ranks do)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            st = _stat(int(entry.name))
+            if st is not None and st[0] != "Z":
+                children.setdefault(int(st[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def kill_tree(root: int) -> int:
+    """SIGSTOP ``root`` and every process below it, top down and until no new one appears (a
+    stopped parent can neither respawn a rank nor fork a worker), then SIGKILL them all. Returns
+    how many processes were killed."""
+    held: list[int] = []
+    for _ in range(10):
+        new = [p for p in [root, *descendants(root)] if p not in held]
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                held.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for pid in held:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return len(held)
+
+
 def _stat(pid: int) -> list[str] | None:
     """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]."""
     try:

@@ -11,7 +11,12 @@ SpecForge's offline path loads, and nothing more:
 - ``draft.json``: the DFlash draft config (the profile's draft; ``mask_token_id`` in it, so no
   tokenizer is needed);
 - ``features/NNNNNN.ckpt``: ``torch.save({"input_ids": [S], "loss_mask": [S], "hidden_states":
-  [1, S, K*H]})``, K the captured target layers; each run links the samples it trains on;
+  [1, S, K*H]})``, K the captured target layers; each run links the samples it trains on. Random
+  tokens and features (nothing to learn: a throughput run) unless the config's ``data.source`` is
+  one a draft can learn (``markov``, ``jsonl``): then the samples and the target's embedding are
+  those of our trainer's own offline cache of the same config (``python -m specforge prepare``:
+  the random-weight target run over those tokens), so both trainers learn the same data
+  (training parity);
 - ``run.yaml``: the SpecForge run config (``run_config``), and ``meta.json``, written last.
 
 ``run_config`` is pure (no torch): the plug's check validates it with SpecForge before a cache
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,9 +38,11 @@ import yaml
 import bench.config.yamlio as yamlio
 from bench.distribution import PROFILES  # the checkout's configs/profiles, or the shipped ones
 from bench.fileio import atomic_write_json
+from bench.trainers.embedded.facts import MODULE as OUR_TRAINER
 from bench.trainers.specforge_cli.facts import NAME
 
-FORMAT = 1
+FORMAT = 2  # 2: learnable sources read from our trainer's cache, meta.json's "samples"
+LEARNABLE_SOURCES = ("markov", "jsonl")  # token data a draft learns: the target's features over it
 PACKAGES = ("torch", "safetensors")  # what preparing the inputs imports (the train extra)
 EMBED_KEY = "model.language_model.embed_tokens.weight"
 DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "bf16": "bfloat16"}
@@ -148,7 +157,41 @@ def target_config(profile: dict) -> dict[str, Any]:
     }
 
 
-def write_inputs(train: dict, seq_len: int, out: Path) -> dict:
+def learnable_samples(train_path: Path, seq_len: int, out: Path, feats: Path, dtype) -> tuple:
+    """SpecForge's samples from our trainer's offline cache of the same config at ``seq_len``
+    (``python -m specforge prepare`` into ``out/ours``, its format in docs/run-contract.md; removed
+    once converted): (embedding, LM head or None when tied, the number of samples)."""
+    import torch
+    from safetensors.torch import load_file
+
+    cache = out / "ours"
+    shutil.rmtree(cache, ignore_errors=True)
+    prepare = [
+        sys.executable,
+        "-m",
+        OUR_TRAINER,
+        "prepare",
+        str(train_path),
+        "--set",
+        f"data.seq_len={seq_len}",
+    ]
+    if subprocess.run([*prepare, "--output-dir", str(cache)], stdin=subprocess.DEVNULL).returncode != 0:
+        raise ValueError(f"our trainer's prepare of {train_path} failed (its output is above)")
+    n = int(json.loads((cache / "meta.json").read_text())["num_samples"])
+    for i in range(n):
+        shard = load_file(str(cache / f"sample_{i:06d}.safetensors"))
+        sample = {
+            "input_ids": shard["input_ids"].to(torch.long),
+            "loss_mask": shard["loss_mask"].to(torch.long),
+            "hidden_states": shard["hidden_states"][None].to(dtype),
+        }
+        torch.save(sample, feats / f"{i:06d}.ckpt")
+    head = load_file(str(cache / "head.safetensors"))
+    shutil.rmtree(cache)
+    return head["embed"].to(dtype), (head["lm_head"].to(dtype) if "lm_head" in head else None), n
+
+
+def write_inputs(train: dict, seq_len: int, out: Path, train_path: Path | None = None) -> dict:
     """Write the target, draft, features and run config into ``out``; meta.json last. Returns it."""
     import torch
     from safetensors.torch import save_file
@@ -162,23 +205,33 @@ def write_inputs(train: dict, seq_len: int, out: Path) -> dict:
     gen = torch.Generator().manual_seed(int(data.get("seed", 0)))
     (out / "target").mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "target" / "config.json", target_config(profile))
-    std = float(t.get("initializer_range", 0.02))
-    tensors = {EMBED_KEY: (torch.randn(vocab, hidden, generator=gen) * std).to(tdt)}
-    if not t.get("tie_word_embeddings", True):
-        tensors["lm_head.weight"] = (torch.randn(vocab, hidden, generator=gen) * std).to(tdt)
-    save_file(tensors, str(out / "target" / "model.safetensors"))
-    atomic_write_json(out / "draft.json", draft_config(profile, dtype))
     feats = out / "features"
     feats.mkdir(exist_ok=True)
-    n = int(data.get("num_samples", 64))
-    mask = int(profile["draft"]["mask_token_id"])
-    for i in range(n):
-        sample = {
-            "input_ids": torch.randint(0, min(vocab, mask), (seq_len,), generator=gen),
-            "loss_mask": torch.ones(seq_len, dtype=torch.long),
-            "hidden_states": torch.randn(1, seq_len, width, generator=gen).to(tdt),
-        }
-        torch.save(sample, feats / f"{i:06d}.ckpt")
+    tied = bool(t.get("tie_word_embeddings", True))
+    if data.get("source") in LEARNABLE_SOURCES:
+        if train_path is None:
+            raise ValueError(f"data.source {data['source']!r}: the training config's path is needed")
+        embed, lm_head, n = learnable_samples(train_path, seq_len, out, feats, tdt)
+        source = f"{data['source']}, the target's hidden states (our trainer's prepare)"
+    else:
+        std = float(t.get("initializer_range", 0.02))
+        embed = (torch.randn(vocab, hidden, generator=gen) * std).to(tdt)
+        lm_head = None if tied else (torch.randn(vocab, hidden, generator=gen) * std).to(tdt)
+        n = int(data.get("num_samples", 64))
+        mask = int(profile["draft"]["mask_token_id"])
+        for i in range(n):
+            sample = {
+                "input_ids": torch.randint(0, min(vocab, mask), (seq_len,), generator=gen),
+                "loss_mask": torch.ones(seq_len, dtype=torch.long),
+                "hidden_states": torch.randn(1, seq_len, width, generator=gen).to(tdt),
+            }
+            torch.save(sample, feats / f"{i:06d}.ckpt")
+        source = "random tokens and features"
+    tensors = {EMBED_KEY: embed}
+    if not tied:
+        tensors["lm_head.weight"] = lm_head if lm_head is not None else embed.clone()
+    save_file(tensors, str(out / "target" / "model.safetensors"))
+    atomic_write_json(out / "draft.json", draft_config(profile, dtype))
     (out / "run.yaml").write_text(yaml.safe_dump(run_config(train, seq_len, out), sort_keys=False))
     files = sorted(p for p in out.rglob("*") if p.is_file())
     meta = {
@@ -187,6 +240,7 @@ def write_inputs(train: dict, seq_len: int, out: Path) -> dict:
         "profile": train["profile"],
         "seq_len": seq_len,
         "num_samples": n,
+        "samples": source,
         "files": {str(p.relative_to(out)): p.stat().st_size for p in files},
     }
     atomic_write_json(out / "meta.json", meta)
@@ -219,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         train = yamlio.load(Path(args.train_config).read_text())
-        meta = write_inputs(train, args.seq_len, Path(args.output_dir))
+        meta = write_inputs(train, args.seq_len, Path(args.output_dir), Path(args.train_config))
     except (OSError, ValueError, KeyError, yaml.YAMLError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
