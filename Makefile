@@ -75,7 +75,7 @@ SPECFORGE_VENV ?= .venv-specforge
 SPECFORGE_VERSION ?= 0.2.0
 SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
 
-.PHONY: install light-install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200
+.PHONY: install light-install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
 
 # The training side: the `train` extra (torch, transformers, safetensors) and EXTRAS.
 install: $(STAMP)
@@ -139,6 +139,15 @@ parity-cpu: $(INSTALL)
 parity-h200:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
 	$(SWEEP) configs/h200-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+
+# The same for the real SpecForge CLI: on the CPU in .venv-specforge (make specforge-env); on a
+# GPU in your SpecForge environment ($$SPECFORGE_PYTHON, else the `specforge` on PATH).
+parity-specforge-cpu: specforge-env
+	SPECFORGE_PYTHON="$(abspath $(SPECFORGE_VENV))/bin/python" $(SWEEP) configs/cpu-specforge-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+
+parity-specforge-h200:
+	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
+	$(SWEEP) configs/h200-specforge-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 # make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir] [FAIL_IF_SLOWER=5]
 export A B OUT FAIL_IF_SLOWER FAIL_IF_GAIN_DROPS FORMAT

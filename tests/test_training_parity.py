@@ -75,3 +75,15 @@ def test_an_arm_with_wrong_numerics_is_not_equivalent(parity_sweeps):
     loss = bad[bad.metric == "loss"].iloc[0]
     assert loss.verdict.startswith("not equivalent: steps ")
     assert loss.worst_rms_arm > loss.worst_allowed and loss.max_abs_delta_floor == 0  # a CPU's A/A: exact
+
+
+def test_the_console_says_each_metrics_verdict_and_the_worst_window(parity_sweeps):
+    from bench.results.parity_report import parity_console
+
+    good, bad, _ = parity_sweeps
+    said = " ".join(" ".join(parity_console(good)).split())  # the wrapped lines as one
+    assert "training parity, adamw_plain vs baseline" in said and "(200 steps, loss fell" in said
+    assert "loss equivalent; accuracy equivalent; grad_norm equivalent" in said
+    worst = bad[bad.metric == "loss"].iloc[0].worst_window
+    assert f"loss not equivalent (steps {worst})" in " ".join(" ".join(parity_console(bad)).split())
+    assert all(len(line) <= 100 for line in parity_console(bad))

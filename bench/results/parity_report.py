@@ -5,6 +5,7 @@ of each arm against the baseline beside the A/A floor, per step."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -82,6 +83,24 @@ def parity_section(table: pd.DataFrame, records: list[RunRecord], sweep: dict) -
         lines += fmt.table(verdicts[0], verdicts[1:]) + [""]
     lines += ["Plot: training_parity.png; data: training_parity.csv.", ""]
     return lines
+
+
+def parity_console(table: pd.DataFrame, width: int = 100) -> list[str]:
+    """The parity verdicts for the console: per cell and arm, one line with each metric's verdict
+    (the worst window where it is not equivalent) and how far the baseline's loss fell."""
+    lines: list[str] = []
+    for (cell_id, arm), rows in table.groupby(["cell_id", "arm"], sort=False):
+        first = rows.iloc[0]
+        said = []
+        for r in rows.itertuples():
+            verdict = str(r.verdict)
+            if verdict.startswith("not equivalent"):
+                verdict = f"not equivalent (steps {r.worst_window})"
+            said.append(f"{r.metric} {verdict}")
+        head = f"training parity, {arm} vs baseline, {cell_id} ({fmt.integer(first['steps_compared'])} steps"
+        head += f", loss fell {fmt.f(first['loss_drop_pct'], '.0f')}%): "
+        lines += textwrap.wrap(head + "; ".join(said), width=width, subsequent_indent="    ")
+    return ["", *lines] if lines else []
 
 
 def plot_training_parity(records: list[RunRecord], sweep: dict, path: Path) -> Path:

@@ -38,7 +38,7 @@ from bench.results.method import (
     vram_crosscheck,
 )
 from bench.results.parity import in_statistics_records, loss_parity_table, with_loss_parity
-from bench.results.parity_report import parity_section, plot_training_parity
+from bench.results.parity_report import parity_console, parity_section, plot_training_parity
 from bench.results.prsummary import console_summary, pr_summary
 from bench.results.records import RunRecord, load_runs
 from bench.results.sections import (
@@ -215,6 +215,7 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     atomic_write_text(sweep_dir / "report.md", text)
     paths["report.md"] = sweep_dir / "report.md"
     console = console_summary(tables["summary"], tables["runs"], sweep)
+    console += parity_console(tables.get("training_parity", pd.DataFrame()))
     return {"paths": paths, **tables, "main_table": main, "console_summary": console}
 
 
