@@ -15,3 +15,25 @@ def run_cli(*args: str, timeout: float = 300, env: dict | None = None) -> subpro
     return subprocess.run(
         [sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env
     )
+
+
+def built_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
+    """A module fixture's expensive work done once per test session, whichever xdist workers run
+    the module's tests: each worker would otherwise run the fixture of its own (worksteal splits a
+    module's tests across workers). ``build(DIR)`` fills DIR and returns a JSON-able dict; the
+    first worker builds under an exclusive lock in the directory the workers share, the others
+    wait and get the same DIR and dict. Tests must only read DIR."""
+    import fcntl
+    import json
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    target, result = shared / f"once-{name}", shared / f"once-{name}.json"
+    with open(shared / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not result.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            result.write_text(json.dumps(build(target)))
+        return target, json.loads(result.read_text())

@@ -2,6 +2,7 @@
 
 import json
 import re
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -10,7 +11,7 @@ import yaml
 from bench.results.aggregate import LOSS_PARITY_COLUMNS, RUNS_COLUMNS, SUMMARY_COLUMNS, VRAM_PER_CARD_COLUMNS
 from bench.results.report import MAIN_TABLE_HEADER
 from tests.conftest import PLOTS_ON
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, built_once, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -19,20 +20,25 @@ REPEATS = 3  # the shipped config's 5, cut to 3 for the test's time (12 runs ins
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory) -> str:
-    """configs/cpu.yaml as `make bench` runs it on a machine without a GPU, with 3 repeats."""
-    doc = yaml.safe_load((REPO / "configs" / "cpu.yaml").read_text())
-    path = tmp_path_factory.mktemp("config") / "cpu.yaml"
-    path.write_text(yaml.safe_dump({**doc, "repeats": REPEATS}, sort_keys=False))
-    return str(path)
+def sweep(tmp_path_factory):
+    root, done = built_once(tmp_path_factory, "cpu-sweep", build)
+    return root / "cpu", SimpleNamespace(**done)
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory, config):
-    out = tmp_path_factory.mktemp("sweep") / "cpu"
-    r = run_cli("bench", "sweep", config, "--out", str(out), timeout=600, env=PLOTS_ON)
+def config(sweep) -> str:
+    return str(sweep[0].parent / "cpu.yaml")
+
+
+def build(root) -> dict:
+    """configs/cpu.yaml as `make bench` runs it on a machine without a GPU, with 3 repeats."""
+    doc = yaml.safe_load((REPO / "configs" / "cpu.yaml").read_text())
+    (root / "cpu.yaml").write_text(yaml.safe_dump({**doc, "repeats": REPEATS}, sort_keys=False))
+    r = run_cli(
+        "bench", "sweep", str(root / "cpu.yaml"), "--out", str(root / "cpu"), timeout=600, env=PLOTS_ON
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    return out, r
+    return {"stdout": r.stdout, "stderr": r.stderr}
 
 
 def test_cpu_sweep_writes_every_result(sweep):

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.helpers import CONFIGS, REPO
+from tests.helpers import CONFIGS, REPO, built_once
 from tests.upstream_env import upstream_python
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,11 @@ def ab(config: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ab")
+    root, done = built_once(tmp_path_factory, "specforge-ab", build_ab)
+    return root, root / "out", done["output"]
+
+
+def build_ab(root: Path) -> dict:
     out = root / "out"
     extra = [
         "--arms",
@@ -62,7 +66,7 @@ def sweep(tmp_path_factory):
     ]
     r = ab(user_config(root), out, *extra)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return root, out, r.stdout + r.stderr
+    return {"output": r.stdout + r.stderr}
 
 
 def test_one_command_runs_an_ab_and_prints_the_pr_summary(sweep):

@@ -13,7 +13,7 @@ from bench.results.training_parity import TRAINING_PARITY_COLUMNS, divergence, w
 from bench.run.sweep import run_sweep
 from bench.trainers.embedded import EmbeddedPlug
 from bench.trainers.embedded import keys as our_keys
-from tests.helpers import REPO
+from tests.helpers import REPO, built_once
 
 pytestmark = pytest.mark.slow
 CONFIG = REPO / "configs" / "cpu-parity.yaml"
@@ -43,11 +43,16 @@ def parity_sweeps(tmp_path_factory):
     """The CPU parity sweep as shipped, and once more with adamw_plain made wrong: its run trains in
     bfloat16 instead of float32 (a deliberately wrong numerics arm; the baseline and A/A runs are
     the first sweep's, copied: only that run is redone, by --resume)."""
+    root, _ = built_once(tmp_path_factory, "cpu-parity", build)
+    good, bad = root / "good", root / "bad"
+    return pd.read_csv(good / "training_parity.csv"), pd.read_csv(bad / "training_parity.csv"), good
+
+
+def build(root) -> dict:
     mp = pytest.MonkeyPatch()
     mp.setenv("BENCH_NO_PLOTS", "1")
-    good = tmp_path_factory.mktemp("parity") / "good"
+    good, bad = root / "good", root / "bad"
     assert run_sweep(CONFIG, out=good) == 0
-    bad = tmp_path_factory.mktemp("parity") / "bad"
     shutil.copytree(good, bad, symlinks=True)
     shutil.rmtree(bad / "runs" / "tiny_offline_bs2_s128_adamw_plain_r1")
     wrong_sets = lambda self, arm: {  # noqa: E731
@@ -57,7 +62,7 @@ def parity_sweeps(tmp_path_factory):
     mp.setattr(EmbeddedPlug, "arm_sets", wrong_sets)
     assert run_sweep(CONFIG, out=bad, resume=True) == 0
     mp.undo()
-    return pd.read_csv(good / "training_parity.csv"), pd.read_csv(bad / "training_parity.csv"), good
+    return {}
 
 
 def test_a_correct_arm_is_equivalent_and_the_loss_really_falls(parity_sweeps):
