@@ -75,7 +75,7 @@ SPECFORGE_VENV ?= .venv-specforge
 SPECFORGE_VERSION ?= 0.2.0
 SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
 
-.PHONY: install light-install test lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
+.PHONY: install light-install test test-fast lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
 
 # The training side: the `train` extra (torch, transformers, safetensors) and EXTRAS.
 install: $(STAMP)
@@ -104,6 +104,10 @@ $(LIGHT_STAMP): pyproject.toml
 TEST_WORKERS ?= 2
 test: $(INSTALL)
 	$(PYTHON) -m pytest -q $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
+
+# The edit loop: everything but the end-to-end runs marked slow (pyproject.toml's markers).
+test-fast: $(INSTALL)
+	$(PYTHON) -m pytest -q -m "not slow" $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
