@@ -74,6 +74,14 @@ def check_the_features_are_our_caches(good):
     ids = sample["input_ids"][sample["loss_mask"].bool()]
     assert len(set(ids.tolist())) <= 64  # the chain's 64 states, not random tokens of the vocabulary
     assert sample["hidden_states"].shape == (1, 128, 2 * 64)  # two captured layers of the tiny target
+    # the target's hidden states, not noise: position 0 sees only its own token, so two samples
+    # that start with the same token carry the same features there (the seeded chain has such pairs)
+    samples = [torch.load(p) for p in sorted((cache / "features").glob("*.ckpt"))]
+    by_first: dict[int, list[torch.Tensor]] = {}
+    for smp in samples:
+        by_first.setdefault(int(smp["input_ids"][0]), []).append(smp["hidden_states"][0, 0])
+    pairs = [h for h in by_first.values() if len(h) > 1]
+    assert pairs and all(torch.equal(h[0], other) for h in pairs for other in h[1:])
     meta = yaml.safe_load((cache / "meta.json").read_text())
     assert meta["samples"].startswith("markov, the target's hidden states") and not (cache / "ours").exists()
 
