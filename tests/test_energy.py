@@ -360,7 +360,9 @@ def test_the_poller_reads_the_counter_often_and_once_more_at_stop(tmp_path, monk
     )
     rdir = tmp_path / "runs" / f"{CELL}_baseline_r0"
     poller = vram.VramPoller(rdir, interval_s=0.01, baseline_samples=BASELINE, power_interval_s=0.02).start()
-    time.sleep(1.0)
+    # a 2.6-s measured window: a 0.4-s stall of the poller thread (seen on a loaded 2-core CI
+    # machine) stays under the 20% gap that makes the energy n/a
+    time.sleep(3.0)
     stopping = time.time()
     summary = poller.stop()
     rows = [r for r in read_jsonl(rdir / "vram.jsonl") if "energy_j" in r]
