@@ -585,3 +585,30 @@ def test_kill_tree_ends_a_grandchild_that_left_the_session(tmp_path):
     while (st := launcher._stat(child)) is not None and st[0] != "Z":  # reaped by init, or a zombie
         assert time.monotonic() < deadline, st
         time.sleep(0.05)
+
+
+def test_a_timeout_also_ends_a_rank_that_left_the_group_when_its_parent_ignores_sigterm(
+    tmp_path, monkeypatch
+):
+    """A launcher that does not pass the SIGTERM on (a hung torchrun) and a rank in a session of its
+    own: the group kill alone would leave the rank running; kill_group ends it too."""
+    monkeypatch.setattr(launcher, "KILL_GRACE_S", 0.5)
+    pidfile = tmp_path / "rank"
+    code = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "rank = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'], "
+        "start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(rank.pid))\n"
+        "time.sleep(60)"
+    )
+    rc, timed_out = launcher.run_process(
+        [sys.executable, "-c", code], tmp_path / "log", tmp_path / "launch.json", timeout_s=3.0
+    )
+    assert timed_out and rc == -signal.SIGKILL
+    rank = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while (st := launcher._stat(rank)) is not None and st[0] != "Z":
+        assert time.monotonic() < deadline, f"the rank {rank} outlived its run: {st}"
+        time.sleep(0.05)

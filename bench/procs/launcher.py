@@ -102,7 +102,25 @@ def run_process(
 
 
 def kill_group(pgid: int, proc: subprocess.Popen | None = None) -> None:
-    """SIGTERM the process group, SIGKILL it after KILL_GRACE_S, and wait until it is gone."""
+    """SIGTERM the process group, SIGKILL it after KILL_GRACE_S, and wait until it is gone; then
+    SIGKILL the processes below it that had left the group (torchrun's ranks lead sessions of
+    their own: a torchrun killed before it passed the signal on would leave them running, and
+    holding their GPU memory)."""
+    strays = [
+        (pid, _start_ticks(pid))
+        for pid in descendants(pgid)
+        if (st := _stat(pid)) is not None and st[2] != str(pgid)
+    ]
+    _end_group(pgid, proc)
+    for pid, ticks in strays:
+        if ticks is not None and _start_ticks(pid) == ticks:  # the same process, not a reused pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _end_group(pgid: int, proc: subprocess.Popen | None) -> None:
     for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(pgid, sig)
