@@ -106,9 +106,11 @@ def kill_group(pgid: int, proc: subprocess.Popen | None = None) -> None:
     SIGKILL the processes below it that had left the group (torchrun's ranks lead sessions of
     their own: a torchrun killed before it passed the signal on would leave them running, and
     holding their GPU memory)."""
+    leader = _stat(pgid)
+    leads = leader is not None and leader[2] == str(pgid)  # else the id may be another's by now
     strays = [
         (pid, _start_ticks(pid))
-        for pid in descendants(pgid)
+        for pid in (descendants(pgid) if leads else [])
         if (st := _stat(pid)) is not None and st[2] != str(pgid)
     ]
     _end_group(pgid, proc)
