@@ -51,11 +51,35 @@ STOP_GRACE_S = 30.0  # after a signal passed on from the driver, SIGKILL if Spec
 STOP_LEVER = "SIGKILL of SpecForge's process tree once the last measured step was logged"
 HEAD_LINES = 5  # the first lines of SpecForge's output, kept for a run without a step line
 WARM_SERVER = Path(__file__).with_name("warmserver.py")  # run by path in the user's interpreter
-WARM_PRELOAD = ("torch", "specforge.cli")
+# torch and specforge.cli, then (optional, "?") what SpecForge's `train` imports only once it runs
+# (specforge.cli._train): its distributed and application layers, accelerate, transformers' Qwen3,
+# TorchDynamo and TorchInductor. None of them initialises CUDA on import.
+WARM_PRELOAD = (
+    "torch",
+    "specforge.cli",
+    "accelerate.utils?",
+    "specforge.distributed?",
+    "specforge.application?",
+    "specforge.training.assembly?",
+    "specforge.algorithms.builtin?",
+    "transformers.models.qwen3.modeling_qwen3?",
+    "torch._dynamo?",
+    "torch._inductor.compile_fx?",
+    "torch.distributed.fsdp?",
+)
 # Imports in the server must leave the CUDA driver uninitialised (forks make their own context);
 # TorchInductor must not start compile workers there (as bench/procs/forkstart.py).
 WARM_SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCH_WARM_POOL": "0"}
 WARM_READY_S = 300.0
+PROBE = Path(__file__).with_name("probe.py")  # run by path in the user's interpreter
+# Diagnostics (docs/method.md, "Where a SpecForge run's spread comes from"), off unless set:
+#   BENCH_SPECFORGE_PROBE=FIRST:COUNT   probe.py profiles optimizer steps FIRST..FIRST+COUNT into
+#                                       DIR/probe.json (a fresh start or a fork of the warm server)
+#   BENCH_PYSPY=PATH:AFTER:SECONDS      py-spy (PATH) samples SpecForge's threads for SECONDS once
+#                                       step AFTER is logged, into DIR/pyspy.txt (collapsed stacks)
+PROBE_ENV = "BENCH_SPECFORGE_PROBE"
+PYSPY_ENV = "BENCH_PYSPY"
+STARTUP_LINES = 80  # the lines before step 1 kept with their arrival times (where the start goes)
 
 
 def link_features(src: Path, dst: Path, samples: int) -> int:
@@ -78,12 +102,14 @@ class WarmRun:
     here. Its output comes through a pipe; the lifeline pipe's write end stays open in this process
     until it exits, so that the run ends with it whatever kills it."""
 
-    def __init__(self, sock_path: str, command: list[str], env: dict[str, str]):
+    def __init__(self, sock_path: str, command: list[str], env: dict[str, str], probe: list | None = None):
         out_r, out_w = os.pipe()
         life_r, self._life_w = os.pipe()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn.connect(sock_path)
         request = {"argv": command[2:], "env": env, "cwd": os.getcwd()}  # past "PYTHON -m"
+        if probe:
+            request["probe"] = probe
         socket.send_fds(self._conn, [json.dumps(request).encode()], [out_w, life_r])
         os.close(out_w)
         os.close(life_r)
@@ -143,7 +169,8 @@ def stream(
     """Pass SpecForge's output through, writing each finished step; stop SpecForge once step
     ``stop_after`` is written (0: never). Returns what was seen: the time of the first and last
     step, the last step, how many lines, the first lines."""
-    seen = {"first": None, "last": None, "last_step": None, "lines": 0, "head": []}
+    seen = {"first": None, "last": None, "last_step": None, "lines": 0, "head": [], "startup": []}
+    pyspy = _pyspy_spec()
     with metrics.open("a") as out:
 
         def write(rows: list[dict]) -> None:
@@ -160,13 +187,38 @@ def stream(
             seen["lines"] += 1
             if len(seen["head"]) < HEAD_LINES and line.strip():
                 seen["head"].append(line.strip()[:160])
+            if seen["first"] is None and len(seen["startup"]) < STARTUP_LINES and line.strip():
+                seen["startup"].append([round(time.monotonic() - t0, 3), line.strip()[:120]])
             for parsed in parse_step_lines(line):  # two ranks' lines may arrive joined
                 now = time.time()
                 seen["first"] = seen["first"] or now
                 seen["last"] = now
                 write(collector.add(*parsed, elapsed_s=time.monotonic() - t0, t=now))
+                if pyspy and seen["last_step"] is not None and seen["last_step"] >= pyspy[1]:
+                    seen["pyspy"] = _start_pyspy(pyspy, proc.pid, metrics.parent / "pyspy.txt")
+                    pyspy = None
         write(collector.flush(elapsed_s=time.monotonic() - t0, t=time.time()))
     return seen
+
+
+def _pyspy_spec() -> tuple[str, int, float] | None:
+    spec = os.environ.get(PYSPY_ENV, "")
+    if not spec:
+        return None
+    path, after, seconds = spec.rsplit(":", 2)
+    return path, int(after), float(seconds)
+
+
+def _start_pyspy(spec: tuple[str, int, float], pid: int, out: Path) -> dict:
+    """py-spy sampling SpecForge's threads (idle ones too: a wait is where the time goes)."""
+    path, after, seconds = spec
+    argv = [path, "record", "--pid", str(pid), "--rate", "100", "--duration", str(int(seconds))]
+    argv += ["--nonblocking", "--threads", "--idle", "--format", "raw", "--output", str(out)]
+    try:
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as e:
+        return {"after_step": after, "error": str(e)}
+    return {"after_step": after, "seconds": seconds, "output": out.name}
 
 
 def end_leftovers() -> None:
@@ -209,15 +261,22 @@ def warm_server(sock: str, python: str, driver: int) -> dict:
 def start(args, command: list[str]) -> tuple[object, dict]:
     """SpecForge started: forked from the warm server (``--warm``) when it can be, else afresh."""
     env = isolated_env(os.environ)
+    probe = os.environ.get(PROBE_ENV, "")
+    first, count = probe.split(":") if probe else (0, 0)
+    probed = {"probe": {"first": int(first), "count": int(count), "output": "probe.json"}} if probe else {}
     if args.warm:
         try:
             warm = warm_server(args.warm, command[0], os.getppid())
-            return WarmRun(args.warm, command, env), {"start": "warm-server", **warm}
+            spec = [str(args.run_dir / "probe.json"), int(first), int(count)] if probe else None
+            return WarmRun(args.warm, command, env, spec), {"start": "warm-server", **warm, **probed}
         except (OSError, ValueError, KeyError) as e:
             how = {"start": "exec", "warm_server_error": str(e)}
             print(f"bench: warm server unusable ({e}); SpecForge starts afresh", file=sys.stderr, flush=True)
     else:
         how = {"start": "exec"}
+    if probe and command[1:2] == ["-m"]:
+        command = [command[0], str(PROBE), str(args.run_dir / "probe.json"), first, count, *command[1:]]
+        how.update(probed)
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -296,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             "output_bytes_removed": removed,
             "output_lines": seen["lines"],
             "first_lines": seen["head"],
+            "startup_lines": seen["startup"],
+            **({"pyspy": seen["pyspy"]} if "pyspy" in seen else {}),
             "wall_s": round(time.monotonic() - t0, 3),
         },
     )

@@ -1,0 +1,245 @@
+"""What one SpecForge process did while it trained, read from inside it: ``PYTHON probe.py OUT
+FIRST COUNT -m MODULE ARGS...`` runs ``python -m MODULE ARGS`` (``runpy``, as a command line
+would) after hooking every optimizer's step, and writes OUT (JSON) once optimizer step
+FIRST + COUNT has run:
+
+- ``step_t``: the wall time of every optimizer step (``time.time()``), for the step-time level;
+- ``profile``: torch.profiler over optimizer steps FIRST..FIRST+COUNT: each GPU kernel's name,
+  calls and time, the GPU's busy time (the union of its kernels' intervals) against the window's
+  wall time, i.e. how GPU-bound the step is;
+- ``host``: every thread of the process over the same window: its name, CPU seconds, the CPU it
+  last ran on, voluntary and involuntary context switches (a thread preempted by another);
+  the process's CPU affinity, torch's intra-op and inter-op threads, its child processes;
+- ``compile``: torch.compile's counters (graph-cache hits and misses, recompiles, autotuning),
+  the inductor settings that decide kernel choices, the compile-cache directories;
+- ``allocator``: the CUDA caching allocator's state (segments, retries, reserved bytes).
+
+It runs in the USER's interpreter, started by path under the isolated environment
+(bench/trainers/isolation.py): standard library and torch only, nothing of this checkout. What it
+measures costs nothing outside the profiled window but one ``time.time()`` per optimizer step; the
+profiled steps themselves run slower and are left out of any level the report states.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+STAT_FIELDS = {"utime": 13, "stime": 14, "processor": 38}  # /proc/<pid>/task/<tid>/stat, 0-based
+
+
+def _threads() -> dict:
+    """Every thread of this process: name, CPU seconds, last CPU, context switches."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        base = f"/proc/self/task/{tid}"
+        try:
+            with open(f"{base}/stat") as f:
+                raw = f.read()
+            with open(f"{base}/status") as f:
+                status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
+        # fields[0] is field 3 of stat (the state): shift the 0-based field numbers by 2
+        out[tid] = {
+            "name": name,
+            "cpu_s": (int(fields[STAT_FIELDS["utime"] - 2]) + int(fields[STAT_FIELDS["stime"] - 2])) / tick,
+            "cpu": int(fields[STAT_FIELDS["processor"] - 2]),
+            "voluntary": int(status.get("voluntary_ctxt_switches", "0").strip()),
+            "involuntary": int(status.get("nonvoluntary_ctxt_switches", "0").strip()),
+        }
+    return out
+
+
+def _children() -> list[dict]:
+    """Processes below this one (compile workers, data workers): pid, name, threads."""
+    parent: dict[int, int] = {}
+    names: dict[int, tuple[str, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        parent[int(entry)] = int(fields[1])
+        names[int(entry)] = (raw[raw.index("(") + 1 : raw.rindex(")")], int(fields[17]))
+    me, below = os.getpid(), []
+    for pid in sorted(parent):
+        p = parent[pid]
+        while p and p != me and p in parent:
+            p = parent[p]
+        if p == me:
+            below.append({"pid": pid, "name": names[pid][0], "threads": names[pid][1]})
+    return below
+
+
+def _host_window(before: dict, after: dict, seconds: float) -> list[dict]:
+    rows = []
+    for tid, a in after.items():
+        b = before.get(tid, {"cpu_s": 0.0, "voluntary": 0, "involuntary": 0})
+        rows.append(
+            {
+                "tid": int(tid),
+                "name": a["name"],
+                "cpu_share": round((a["cpu_s"] - b["cpu_s"]) / seconds, 3) if seconds > 0 else None,
+                "cpu_last": a["cpu"],
+                "voluntary": a["voluntary"] - b["voluntary"],
+                "involuntary": a["involuntary"] - b["involuntary"],
+            }
+        )
+    return sorted(rows, key=lambda r: -(r["cpu_share"] or 0))
+
+
+def _compile_facts(torch) -> dict:
+    facts: dict = {"env": {k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR", "TRITON"))}}
+    try:
+        from torch._dynamo.utils import counters
+
+        facts["counters"] = {k: dict(v) for k, v in counters.items() if v}
+    except Exception as e:  # noqa: BLE001 (a torch without these internals: say so, go on)
+        facts["counters_error"] = repr(e)
+    try:
+        import torch._inductor.config as ic
+
+        facts["inductor"] = {
+            k: getattr(ic, k, None)
+            for k in ("max_autotune", "max_autotune_gemm", "coordinate_descent_tuning", "fx_graph_cache")
+        }
+    except Exception as e:  # noqa: BLE001
+        facts["inductor_error"] = repr(e)
+    facts["backends"] = {
+        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+    }
+    return facts
+
+
+def _allocator(torch) -> dict:
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    s = torch.cuda.memory_stats()
+    keys = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
+    out = {k: s.get(k) for k in keys}
+    out["segments"] = s.get("segment.all.current")
+    out["reserved_gib"] = round(s.get("reserved_bytes.all.current", 0) / 2**30, 3)
+    out["allocated_gib"] = round(s.get("allocated_bytes.all.current", 0) / 2**30, 3)
+    out["inactive_split_gib"] = round(s.get("inactive_split_bytes.all.current", 0) / 2**30, 3)
+    return out
+
+
+def _kernels(prof, wall_s: float) -> dict:
+    """Per-kernel GPU time and the GPU's busy time over the profiled window."""
+    from torch.autograd import DeviceType
+
+    spans, table = [], {}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        start, end = e.time_range.start, e.time_range.end
+        spans.append((start, end))
+        t = table.setdefault(e.name, [0, 0.0])
+        t[0] += 1
+        t[1] += (end - start) / 1e6
+    busy, reach = 0.0, None
+    for start, end in sorted(spans):
+        if reach is None or start > reach:
+            busy += end - start
+            reach = end
+        elif end > reach:
+            busy += end - reach
+            reach = end
+    kernel_s = sum(v[1] for v in table.values())
+    top = sorted(table.items(), key=lambda kv: -kv[1][1])
+    return {
+        "wall_s": round(wall_s, 4),
+        "gpu_busy_s": round(busy / 1e6, 4),
+        "gpu_busy_share": round(busy / 1e6 / wall_s, 4) if wall_s > 0 else None,
+        "kernel_s": round(kernel_s, 4),
+        "kernels": len(spans),
+        "top": [{"name": k[:160], "calls": v[0], "s": round(v[1], 5)} for k, v in top[:60]],
+    }
+
+
+class Probe:
+    def __init__(self, out: str, first: int, count: int):
+        self.out, self.first, self.count = out, first, count
+        self.step = 0
+        self.doc: dict = {"pid": os.getpid(), "first": first, "count": count, "step_t": []}
+        self.prof = None
+        self.t_start = 0.0
+        self.threads0: dict = {}
+
+    def __call__(self, _optimizer, _args, _kwargs) -> None:
+        import torch
+
+        self.step += 1
+        self.doc["step_t"].append(time.time())
+        if self.step == self.first:
+            torch.cuda.synchronize() if torch.cuda.is_initialized() else None
+            self.threads0, self.t_start = _threads(), time.perf_counter()
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self.prof = torch.profiler.profile(activities=acts)
+            self.prof.start()
+        elif self.prof is not None and self.step == self.first + self.count:
+            torch.cuda.synchronize() if torch.cuda.is_initialized() else None
+            wall = time.perf_counter() - self.t_start
+            threads1 = _threads()
+            self.prof.stop()
+            self.doc["profile"] = _kernels(self.prof, wall)
+            self.prof = None
+            self.doc["host"] = {
+                "affinity": sorted(os.sched_getaffinity(0)),
+                "torch_threads": torch.get_num_threads(),
+                "torch_interop_threads": torch.get_num_interop_threads(),
+                "threads": _host_window(self.threads0, threads1, wall),
+                "children": _children(),
+                "loadavg": os.getloadavg(),
+            }
+            self.doc["compile"] = _compile_facts(torch)
+            self.doc["allocator"] = _allocator(torch)
+            self.write()
+
+    def write(self) -> None:
+        tmp = self.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.doc, f, indent=1, default=str)
+        os.replace(tmp, self.out)
+
+
+def install(out: str, first: int, count: int) -> Probe:
+    """Hook every optimizer's step in this process (also a run forked by warmserver.py)."""
+    import torch.optim.optimizer as opt
+
+    probe = Probe(out, int(first), int(count))
+    opt.register_optimizer_step_post_hook(probe)
+    return probe
+
+
+def main(argv: list[str]) -> int:
+    out, first, count = argv[0], int(argv[1]), int(argv[2])
+    if argv[3] != "-m":
+        print("usage: probe.py OUT FIRST COUNT -m MODULE ARGS...", file=sys.stderr)
+        return 2
+    import runpy
+
+    install(out, first, count)
+    module, *args = argv[4:]
+    sys.argv = [module, *args]
+    # PYTHONSAFEPATH=1 (the isolated environment): neither this file's folder nor the working
+    # directory is on sys.path, as for `python -m` under it
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
