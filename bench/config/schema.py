@@ -161,7 +161,11 @@ class SweepKeys:
     )
     precision: PrecisionMapping | None = key(None, doc="a precision target instead of repeats")
     equivalence_pct: float = key(1.0, gt=0, doc="a CI inside ±this reads 'within ±x%'")
-    compile_cache: bool = key(True, doc="runs share the TorchInductor/Triton caches under cache/compile/")
+    compile_cache: bool = key(
+        True,
+        doc="runs share the TorchInductor/Triton caches under cache/compile/ (and Python's bytecode where "
+        "PYTHONDONTWRITEBYTECODE is set)",
+    )
     fork_server: bool = key(True, doc="single-process runs fork from a server with the trainer imported")
     stop_after_last_step: bool = key(
         True, doc="a trainer in your own environment is stopped once its last measured step is logged"

@@ -11,7 +11,7 @@ import errno
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,17 +84,32 @@ def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callabl
     return tick
 
 
-def compile_env(compile_dir: Path | None) -> dict[str, str]:
+def compile_env(compile_dir: Path | None, env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Environment pointing TorchInductor (FX graph, AOTAutograd, autotune) and Triton at the
-    sweep's shared compile cache; empty when the sweep does not share one."""
+    sweep's shared compile cache; empty when the sweep does not share one. Where the environment
+    writes no Python bytecode (PYTHONDONTWRITEBYTECODE, as on the lent H200s, whose torch ships
+    without any), Python's own compile cache goes there too (PYTHONPYCACHEPREFIX): otherwise every
+    run compiles every module it imports again (bytecode_dir)."""
     if compile_dir is None:
         return {}
-    return {
+    out = {
         "TORCHINDUCTOR_CACHE_DIR": str(compile_dir / "inductor"),
         "TRITON_CACHE_DIR": str(compile_dir / "triton"),
         "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
         "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
     }
+    pyc = bytecode_dir(compile_dir, env)
+    if pyc is not None:
+        out |= {"PYTHONPYCACHEPREFIX": str(pyc), "PYTHONDONTWRITEBYTECODE": ""}  # "" = unset, for Python
+    return out
+
+
+def bytecode_dir(compile_dir: Path | None, env: Mapping[str, str] = os.environ) -> Path | None:
+    """Where the runs share Python's bytecode: under the compile cache, when the environment
+    would write none (PYTHONDONTWRITEBYTECODE non-empty) and names no PYTHONPYCACHEPREFIX of its own."""
+    if compile_dir is None or not env.get("PYTHONDONTWRITEBYTECODE") or env.get("PYTHONPYCACHEPREFIX"):
+        return None
+    return compile_dir / "pycache"
 
 
 def cell_record(

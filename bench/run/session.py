@@ -163,6 +163,12 @@ class Session:
         warm = compile_dir is not None and any(p.is_file() for p in compile_dir.rglob("*"))  # not empty dirs
         record = execute.cell_record(cfg, run, argv, cache_dir, self.engine.placement())
         record["compile_cache"] = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
+        pyc = execute.bytecode_dir(compile_dir)
+        if pyc is not None:  # Python's bytecode shared too (PYTHONDONTWRITEBYTECODE in the environment)
+            record["compile_cache"]["bytecode"] = {
+                "dir": str(pyc),
+                "warm": pyc.is_dir() and any(pyc.iterdir()),
+            }
         atomic_write_json(rdir / "cell.json", record)
         if self.skipped(run):
             return outcome.record(rdir, run, "skipped", self.skips[run.arm])
