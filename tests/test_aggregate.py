@@ -373,6 +373,8 @@ def test_loss_parity_max_last_and_pass_fail(tmp_path):
         ("ok", "oom", "baseline fits, liger OOM"),
         ("oom", "oom", "both arms OOM"),
         ("ok", "error", "n/a (no ok runs)"),
+        # the H200 faults sweep: its Liger run of the OOM cell was cut by the stage's deadline
+        ("oom", "error", "baseline OOM; no ok liger run"),
     ],
 )
 def test_verdicts_when_one_arm_does_not_fit(base_status, liger_status, expected):

@@ -87,8 +87,10 @@ def _one_sided(
     no_base = not base_statuses  # e.g. a capacity probe only one arm's search reached
     if base_oom and arm_oom:
         text = "both arms OOM"
-    elif base_oom:
+    elif base_oom and not ok.empty:
         text = f"{arm} fits, {ref} OOM"
+    elif base_oom:  # the arm has no ok run either (unfinished, failed): nothing says it fits
+        text = f"{ref} OOM; " + (f"no {arm} run" if not statuses else f"no ok {arm} run")
     elif arm_oom and not base_ok.empty:
         text = f"{ref} fits, {arm} OOM"
     elif arm_oom:

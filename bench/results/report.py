@@ -56,6 +56,7 @@ from bench.results.sections import (
     precision_section,
     scaling_section,
 )
+from bench.results.startlines import start_phases_section
 from bench.results.tables import (
     contrast_table,
     runs_table,
@@ -261,6 +262,7 @@ def render_markdown(
     lines += scaling_section(tables.get("scaling", pd.DataFrame()))
     lines += capacity_section(tables.get("capacity", pd.DataFrame()))
     lines += startup_section(runs, sweep.get("fork_server"))
+    lines += start_phases_section(records)
     lines += loss_parity_section(tables["loss_parity"], records, runs)
     parity = parity_section(
         tables.get("training_parity", pd.DataFrame()), in_statistics_records(records, runs), sweep

@@ -12,7 +12,9 @@ FIRST + COUNT has run:
   the process's CPU affinity, torch's intra-op and inter-op threads, its child processes;
 - ``compile``: torch.compile's counters (graph-cache hits and misses, recompiles, autotuning),
   the inductor settings that decide kernel choices, the compile-cache directories;
-- ``allocator``: the CUDA caching allocator's state (segments, retries, reserved bytes).
+- ``allocator``: the CUDA caching allocator's state (segments, retries, reserved bytes);
+- ``gc``: every collection of Python's cyclic garbage collector's oldest generation (the one that
+  walks the whole heap) up to then: the optimizer step it fell in, and how long it took.
 
 It runs in the USER's interpreter, started by path under the isolated environment
 (bench/trainers/isolation.py): standard library and torch only, nothing of this checkout. What it
@@ -176,6 +178,20 @@ class Probe:
         self.prof = None
         self.t_start = 0.0
         self.threads0: dict = {}
+        self.doc["gc"] = []
+        self._gc_t0 = 0.0
+
+    def on_gc(self, phase: str, info: dict) -> None:
+        """gc.callbacks: each full (generation 2) collection, with the step it fell in."""
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+        elif len(self.doc["gc"]) < 500:
+            took = time.perf_counter() - self._gc_t0
+            self.doc["gc"].append(
+                {"step": self.step + 1, "s": round(took, 4), "collected": info.get("collected")}
+            )
 
     def __call__(self, _optimizer, _args, _kwargs) -> None:
         import torch
@@ -218,10 +234,13 @@ class Probe:
 
 def install(out: str, first: int, count: int) -> Probe:
     """Hook every optimizer's step in this process (also a run forked by warmserver.py)."""
+    import gc
+
     import torch.optim.optimizer as opt
 
     probe = Probe(out, int(first), int(count))
     opt.register_optimizer_step_post_hook(probe)
+    gc.callbacks.append(probe.on_gc)
     return probe
 
 
