@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     smi = smi_samples(args.smi) if args.smi else []
     levels: dict[str, list[float]] = {}
     clock_pairs: dict[str, list[tuple[float, float]]] = {}
-    print(f"{'run':<44} {'level s':>8} {'cv %':>5} {'clock':>6} {'power':>6}  profiled step: wall / kernels / memcpy / idle")
+    print(
+        f"{'run':<44} {'level s':>8} {'cv %':>5} {'clock':>6} {'power':>6}  profiled step: wall / kernels / memcpy / idle"
+    )
     for rdir in sorted((args.sweep_dir / "runs").iterdir()):
         run = json.loads((rdir / "run.json").read_text()) if (rdir / "run.json").exists() else {}
         if run.get("status") != "ok":
@@ -93,17 +95,25 @@ def main(argv: list[str] | None = None) -> int:
         cv = st.stdev(times) / level * 100 if len(times) > 1 else 0.0
         print(f"{rdir.name:<44} {level:8.4f} {cv:5.2f} {clock:>6} {power:>6}  {split}")
         med = st.median(r["step_time_s"] for r in rows if r["step"] > 1)
-        slow = [(r["step"], round(r["step_time_s"], 3)) for r in rows if r["step"] > 1 and r["step_time_s"] > 1.15 * med]
+        slow = [
+            (r["step"], round(r["step_time_s"], 3))
+            for r in rows
+            if r["step"] > 1 and r["step_time_s"] > 1.15 * med
+        ]
         if slow:
             print(f"{'':<44} steps over 1.15x the median {med:.3f}: {slow}")
     print()
     for arm, xs in levels.items():
         spread = (max(xs) - min(xs)) / st.mean(xs) * 100
         sd = st.stdev(xs) / st.mean(xs) * 100 if len(xs) > 1 else float("nan")
-        line = f"{arm}: {len(xs)} runs, level {min(xs):.4f}-{max(xs):.4f} s (range {spread:.1f}%, sd {sd:.2f}%)"
+        line = (
+            f"{arm}: {len(xs)} runs, level {min(xs):.4f}-{max(xs):.4f} s (range {spread:.1f}%, sd {sd:.2f}%)"
+        )
         pairs = clock_pairs.get(arm, [])
         if len(pairs) > 2:
-            line += f"; corr(step time, 1/clock) over {len(pairs)} steps = {st.correlation(*zip(*pairs)):+.2f}"
+            line += (
+                f"; corr(step time, 1/clock) over {len(pairs)} steps = {st.correlation(*zip(*pairs)):+.2f}"
+            )
         print(line)
     return 0
 

@@ -63,10 +63,12 @@ def _run(request: dict, out_fd: int, life_fd: int, listener: socket.socket) -> N
         warnings.filterwarnings(
             "ignore", message=".*found in sys.modules after import", category=RuntimeWarning
         )
-        if request.get("probe"):  # probe.py, beside this file: hook the optimizer steps (wrapper.py)
+        if request.get("probe"):  # instrument.py, beside this file: hook the optimizer steps (wrapper.py)
             import importlib.util
 
-            spec = importlib.util.spec_from_file_location("bench_probe", os.path.join(HERE, "probe.py"))
+            spec = importlib.util.spec_from_file_location(
+                "bench_instrument", os.path.join(HERE, "instrument.py")
+            )
             probe = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(probe)
             probe.install(*request["probe"])

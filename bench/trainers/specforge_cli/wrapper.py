@@ -71,9 +71,9 @@ WARM_PRELOAD = (
 # TorchInductor must not start compile workers there (as bench/procs/forkstart.py).
 WARM_SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCH_WARM_POOL": "0"}
 WARM_READY_S = 300.0
-PROBE = Path(__file__).with_name("probe.py")  # run by path in the user's interpreter
+INSTRUMENT = Path(__file__).with_name("instrument.py")  # run by path in the user's interpreter
 # Diagnostics (docs/method.md, "Where a SpecForge run's spread comes from"), off unless set:
-#   BENCH_SPECFORGE_PROBE=FIRST:COUNT   probe.py profiles optimizer steps FIRST..FIRST+COUNT into
+#   BENCH_SPECFORGE_PROBE=FIRST:COUNT   instrument.py profiles optimizer steps FIRST..FIRST+COUNT into
 #                                       DIR/probe.json (a fresh start or a fork of the warm server)
 #   BENCH_PYSPY=PATH:AFTER:SECONDS      py-spy (PATH) samples SpecForge's threads for SECONDS once
 #                                       step AFTER is logged, into DIR/pyspy.txt (collapsed stacks)
@@ -275,7 +275,7 @@ def start(args, command: list[str]) -> tuple[object, dict]:
     else:
         how = {"start": "exec"}
     if probe and command[1:2] == ["-m"]:
-        command = [command[0], str(PROBE), str(args.run_dir / "probe.json"), first, count, *command[1:]]
+        command = [command[0], str(INSTRUMENT), str(args.run_dir / "probe.json"), first, count, *command[1:]]
         how.update(probed)
     return subprocess.Popen(
         command,

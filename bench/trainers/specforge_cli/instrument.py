@@ -1,4 +1,4 @@
-"""What one SpecForge process did while it trained, read from inside it: ``PYTHON probe.py OUT
+"""What one SpecForge process did while it trained, read from inside it: ``PYTHON instrument.py OUT
 FIRST COUNT -m MODULE ARGS...`` runs ``python -m MODULE ARGS`` (``runpy``, as a command line
 would) after hooking every optimizer's step, and writes OUT (JSON) once optimizer step
 FIRST + COUNT has run:
@@ -247,7 +247,7 @@ def install(out: str, first: int, count: int) -> Probe:
 def main(argv: list[str]) -> int:
     out, first, count = argv[0], int(argv[1]), int(argv[2])
     if argv[3] != "-m":
-        print("usage: probe.py OUT FIRST COUNT -m MODULE ARGS...", file=sys.stderr)
+        print("usage: instrument.py OUT FIRST COUNT -m MODULE ARGS...", file=sys.stderr)
         return 2
     import runpy
 
