@@ -31,12 +31,11 @@ def inputs(root: Path) -> Path:
     return cache / "run.yaml"
 
 
-def wrapped(root: Path, rdir: Path, steps: int, env: dict, warm: Path | None = None) -> int:
+def wrapped(root: Path, rdir: Path, steps: int, env: dict, warm: Path | None = None, *extra: str) -> int:
     rdir.mkdir(parents=True)
     wrap = [sys.executable, "-m", "bench.trainers.specforge_cli.wrapper", "--run-dir", str(rdir)]
-    wrap += (
-        ["--seq-len", "128", "--stop-after", str(steps)] + (["--warm", str(warm)] if warm else []) + ["--"]
-    )
+    wrap += ["--seq-len", "128", "--stop-after", str(steps)] + (["--warm", str(warm)] if warm else [])
+    wrap += [*extra, "--"]
     spec = [str(upstream_python()), "-m", "specforge.cli", "train", "-c", str(root / "inputs" / "run.yaml")]
     spec += [
         f"training.max_steps={steps}",
@@ -61,7 +60,8 @@ def build_runs(root: Path) -> dict:
     codes = [
         wrapped(root, root / "plain", 5, {}),
         wrapped(root, root / "probed", 5, probe),
-        wrapped(root, root / "forked", 5, probe, warm=root / "warm.sock"),
+        wrapped(root, root / "forked", 5, probe, root / "warm.sock"),
+        wrapped(root, root / "frozen", 5, probe, None, "--gc-freeze"),
     ]
     return {"codes": codes}
 
@@ -79,7 +79,7 @@ def losses(rdir: Path) -> list[float]:
 @pytest.mark.slow
 def test_the_probe_records_a_fresh_run_without_changing_what_it_computes(runs):
     root, codes = runs
-    assert codes == [0, 0, 0], (root / "probed" / "stdout.log").read_text()[-2000:]
+    assert codes == [0, 0, 0, 0], (root / "probed" / "stdout.log").read_text()[-2000:]
     assert losses(root / "probed") == losses(root / "plain")  # the same numbers, step by step
     doc = json.loads((root / "probed" / "probe.json").read_text())
     assert len(doc["step_t"]) >= 4 and doc["step_t"] == sorted(doc["step_t"])
@@ -102,6 +102,35 @@ def test_a_run_forked_from_the_warm_server_is_probed_too_and_its_imports_were_pr
     assert losses(root / "forked") == losses(root / "plain")
     server_log = Path(str(root / "warm.sock") + ".log").read_text()
     assert "warm-server ready" in server_log and "not preloaded" not in server_log
+
+
+@pytest.mark.slow
+def test_gc_freeze_lands_after_the_first_step_and_changes_no_number(runs):
+    root, _ = runs
+    frozen = json.loads((root / "frozen" / "gc_freeze.json").read_text())
+    assert frozen["after_step"] == 1 and frozen["frozen_objects"] > 10_000  # torch's heap and more
+    assert (
+        json.loads((root / "frozen" / "specforge.json").read_text())["gc_freeze"]["output"]
+        == "gc_freeze.json"
+    )
+    assert losses(root / "frozen") == losses(root / "plain")
+    assert json.loads((root / "frozen" / "probe.json").read_text())["step_t"]  # both hooks in one process
+    assert not (root / "plain" / "gc_freeze.json").exists()
+
+
+def test_the_sweep_key_puts_gc_freeze_on_the_wrapper_command(tmp_path):
+    from bench.config import plan
+    from bench.trainers import load_config
+    from bench.trainers.specforge_cli.plug import SpecForgeCliPlug
+
+    doc = {"name": "k", "hardware": "cpu", "trainer": "specforge-cli", "arms": ["baseline", "aa"]}
+    doc |= {"steps": 3, "warmup_steps": 1, "repeats": 1, "out": str(tmp_path / "o"), "trainer_python": "/py"}
+    doc["cells"] = [{"config": str(TINY), "batch_size": 2, "seq_len": 128}]
+    for value in (False, True):
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump({**doc, "trainer_gc_freeze": value}))
+        cfg = load_config(tmp_path / "s.yaml")
+        argv = SpecForgeCliPlug(python="/py").train_command(cfg, plan(cfg)[0], tmp_path / "r", None)
+        assert ("--gc-freeze" in argv[: argv.index("--")]) is value
 
 
 @pytest.mark.slow

@@ -173,6 +173,11 @@ class SweepKeys:
     trainer_python_fork: bool = key(
         False, doc="single-process runs in trainer_python fork from a warm server of it (torch imported once)"
     )
+    trainer_gc_freeze: bool = key(
+        False,
+        doc="runs in trainer_python freeze Python's garbage collector's heap after their first step "
+        "(gc.freeze(): no full collection walks it inside a measured step)",
+    )
     prime_runs: int = key(
         0, ge=0, doc=f"discarded runs per cell and arm before the measured ones (at most {MAX_PRIME_RUNS})"
     )

@@ -1,7 +1,8 @@
-"""What one SpecForge process did while it trained, read from inside it: ``PYTHON instrument.py OUT
-FIRST COUNT -m MODULE ARGS...`` runs ``python -m MODULE ARGS`` (``runpy``, as a command line
-would) after hooking every optimizer's step, and writes OUT (JSON) once optimizer step
-FIRST + COUNT has run:
+"""Hooks inside one SpecForge process: ``PYTHON instrument.py [--probe OUT FIRST COUNT]
+[--gc-freeze OUT] -m MODULE ARGS...`` runs ``python -m MODULE ARGS`` (``runpy``, as a command
+line would) after hooking every optimizer's step. ``--gc-freeze``: GcFreeze below. ``--probe``:
+what the process did while it trained, written to OUT (JSON) once optimizer step FIRST + COUNT
+has run:
 
 - ``step_t``: the wall time of every optimizer step (``time.time()``), for the step-time level;
 - ``profile``: torch.profiler over optimizer steps FIRST..FIRST+COUNT: each GPU kernel's name,
@@ -232,27 +233,70 @@ class Probe:
         os.replace(tmp, self.out)
 
 
-def install(out: str, first: int, count: int) -> Probe:
-    """Hook every optimizer's step in this process (also a run forked by warmserver.py)."""
+class GcFreeze:
+    """After the first optimizer step, move every live object into Python's permanent generation
+    (``gc.freeze()``): a full collection then walks only what was made since, instead of the
+    whole heap of torch, TorchInductor and transformers inside a measured step. It changes no
+    number the step computes; OUT (JSON) says how many objects were frozen."""
+
+    def __init__(self, out: str):
+        self.out, self.done = out, False
+
+    def __call__(self, _optimizer, _args, _kwargs) -> None:
+        if self.done:
+            return
+        import gc
+
+        self.done = True
+        gc.collect()
+        gc.freeze()
+        with open(self.out + ".tmp", "w") as f:
+            json.dump({"after_step": 1, "frozen_objects": gc.get_freeze_count()}, f)
+        os.replace(self.out + ".tmp", self.out)
+
+
+def install(probe: list | None = None, gc_freeze: str | None = None) -> None:
+    """Hook every optimizer's step in this process (also a run forked by warmserver.py):
+    ``probe`` = [OUT, FIRST, COUNT] (Probe), ``gc_freeze`` = OUT (GcFreeze)."""
     import gc
 
     import torch.optim.optimizer as opt
 
-    probe = Probe(out, int(first), int(count))
-    opt.register_optimizer_step_post_hook(probe)
-    gc.callbacks.append(probe.on_gc)
-    return probe
+    if probe:
+        hook = Probe(str(probe[0]), int(probe[1]), int(probe[2]))
+        opt.register_optimizer_step_post_hook(hook)
+        gc.callbacks.append(hook.on_gc)
+    if gc_freeze:
+        opt.register_optimizer_step_post_hook(GcFreeze(gc_freeze))
+
+
+USAGE = "usage: instrument.py [--probe OUT FIRST COUNT] [--gc-freeze OUT] -m MODULE ARGS..."
+
+
+def parse(argv: list[str]) -> tuple[dict, list[str]]:
+    opts: dict = {}
+    i = 0
+    while i < len(argv) and argv[i] != "-m":
+        if argv[i] == "--probe" and i + 3 < len(argv):
+            opts["probe"], i = argv[i + 1 : i + 4], i + 4
+        elif argv[i] == "--gc-freeze" and i + 1 < len(argv):
+            opts["gc_freeze"], i = argv[i + 1], i + 2
+        else:
+            raise ValueError(f"{USAGE} (not {argv[i]!r})")
+    if i + 1 >= len(argv):
+        raise ValueError(USAGE)
+    return opts, argv[i + 1 :]
 
 
 def main(argv: list[str]) -> int:
-    out, first, count = argv[0], int(argv[1]), int(argv[2])
-    if argv[3] != "-m":
-        print("usage: instrument.py OUT FIRST COUNT -m MODULE ARGS...", file=sys.stderr)
+    try:
+        opts, (module, *args) = parse(argv)
+    except ValueError as e:
+        print(e, file=sys.stderr)
         return 2
     import runpy
 
-    install(out, first, count)
-    module, *args = argv[4:]
+    install(**opts)
     sys.argv = [module, *args]
     # PYTHONSAFEPATH=1 (the isolated environment): neither this file's folder nor the working
     # directory is on sys.path, as for `python -m` under it

@@ -177,6 +177,8 @@ class SpecForgeCliPlug:
             wrap += ["--stop-after", str(cell.steps)]
         if cfg.trainer_python_fork and cell.gpus == 1:
             wrap += ["--warm", self.warm_socket()]
+        if cfg.trainer_gc_freeze:
+            wrap += ["--gc-freeze"]
         if cell.prepared and cache_dir is not None:
             wrap += ["--features", str(cache_dir / "features"), "--samples", str(self.samples_needed(cell))]
             config = cache_dir / "run.yaml"

@@ -63,15 +63,15 @@ def _run(request: dict, out_fd: int, life_fd: int, listener: socket.socket) -> N
         warnings.filterwarnings(
             "ignore", message=".*found in sys.modules after import", category=RuntimeWarning
         )
-        if request.get("probe"):  # instrument.py, beside this file: hook the optimizer steps (wrapper.py)
+        if request.get("instrument"):  # instrument.py, beside this file: optimizer-step hooks (wrapper.py)
             import importlib.util
 
             spec = importlib.util.spec_from_file_location(
                 "bench_instrument", os.path.join(HERE, "instrument.py")
             )
-            probe = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(probe)
-            probe.install(*request["probe"])
+            instrument = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(instrument)
+            instrument.install(**request["instrument"])
         module, *args = request["argv"]
         sys.argv = [module, *args]
         runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -17,7 +17,10 @@ It runs in the driver's process group (a timeout's group kill reaches SpecForge 
    respawns) instead of waiting for the final checkpoint it always writes: nothing after the last
    measured step is part of the measurement. (SIGTERM, tried first, made SpecForge 0.2.0 save that
    checkpoint before it exits: 14 s on the H200.)
-5. at the end removes what SpecForge wrote into its output directory and the links, ends any
+5. with ``--gc-freeze`` (the sweep's ``trainer_gc_freeze``), has instrument.py call gc.freeze() in
+   SpecForge's process after its first optimizer step (``DIR/gc_freeze.json``); with
+   $BENCH_SPECFORGE_PROBE, its probe (below);
+6. at the end removes what SpecForge wrote into its output directory and the links, ends any
    process of the run left behind (SpecForge's own workers), and records in ``DIR/specforge.json``
    how the run started and ended, how long the exit took and what was removed.
 
@@ -79,6 +82,7 @@ INSTRUMENT = Path(__file__).with_name("instrument.py")  # run by path in the use
 #                                       step AFTER is logged, into DIR/pyspy.txt (collapsed stacks)
 PROBE_ENV = "BENCH_SPECFORGE_PROBE"
 PYSPY_ENV = "BENCH_PYSPY"
+GC_FREEZE = "gc_freeze.json"  # what gc.freeze() after step 1 froze (instrument.py's GcFreeze)
 STARTUP_LINES = 80  # the lines before step 1 kept with their arrival times (where the start goes)
 
 
@@ -102,14 +106,16 @@ class WarmRun:
     here. Its output comes through a pipe; the lifeline pipe's write end stays open in this process
     until it exits, so that the run ends with it whatever kills it."""
 
-    def __init__(self, sock_path: str, command: list[str], env: dict[str, str], probe: list | None = None):
+    def __init__(
+        self, sock_path: str, command: list[str], env: dict[str, str], instrument: dict | None = None
+    ):
         out_r, out_w = os.pipe()
         life_r, self._life_w = os.pipe()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn.connect(sock_path)
         request = {"argv": command[2:], "env": env, "cwd": os.getcwd()}  # past "PYTHON -m"
-        if probe:
-            request["probe"] = probe
+        if instrument:
+            request["instrument"] = instrument
         socket.send_fds(self._conn, [json.dumps(request).encode()], [out_w, life_r])
         os.close(out_w)
         os.close(life_r)
@@ -258,25 +264,40 @@ def warm_server(sock: str, python: str, driver: int) -> dict:
     return {"started_here": True, "ready_s": round(time.monotonic() - t0, 3)}
 
 
+def instrument(args) -> tuple[dict, dict]:
+    """The hooks instrument.py installs in SpecForge's process, and what specforge.json says of
+    them: the probe ($BENCH_SPECFORGE_PROBE) and gc.freeze() after step 1 (--gc-freeze)."""
+    hooks, how = {}, {}
+    probe = os.environ.get(PROBE_ENV, "")
+    if probe:
+        first, count = (int(x) for x in probe.split(":"))
+        hooks["probe"] = [str(args.run_dir / "probe.json"), first, count]
+        how["probe"] = {"first": first, "count": count, "output": "probe.json"}
+    if args.gc_freeze:
+        hooks["gc_freeze"] = str(args.run_dir / GC_FREEZE)
+        how["gc_freeze"] = {"after_step": 1, "output": GC_FREEZE}
+    return hooks, how
+
+
 def start(args, command: list[str]) -> tuple[object, dict]:
     """SpecForge started: forked from the warm server (``--warm``) when it can be, else afresh."""
     env = isolated_env(os.environ)
-    probe = os.environ.get(PROBE_ENV, "")
-    first, count = probe.split(":") if probe else (0, 0)
-    probed = {"probe": {"first": int(first), "count": int(count), "output": "probe.json"}} if probe else {}
+    hooks, how_hooks = instrument(args)
     if args.warm:
         try:
             warm = warm_server(args.warm, command[0], os.getppid())
-            spec = [str(args.run_dir / "probe.json"), int(first), int(count)] if probe else None
-            return WarmRun(args.warm, command, env, spec), {"start": "warm-server", **warm, **probed}
+            return WarmRun(args.warm, command, env, hooks), {"start": "warm-server", **warm, **how_hooks}
         except (OSError, ValueError, KeyError) as e:
             how = {"start": "exec", "warm_server_error": str(e)}
             print(f"bench: warm server unusable ({e}); SpecForge starts afresh", file=sys.stderr, flush=True)
     else:
         how = {"start": "exec"}
-    if probe and command[1:2] == ["-m"]:
-        command = [command[0], str(INSTRUMENT), str(args.run_dir / "probe.json"), first, count, *command[1:]]
-        how.update(probed)
+    if hooks and command[1:2] == ["-m"]:
+        flags = (["--probe", *map(str, hooks["probe"])] if "probe" in hooks else []) + (
+            ["--gc-freeze", hooks["gc_freeze"]] if "gc_freeze" in hooks else []
+        )
+        command = [command[0], str(INSTRUMENT), *flags, *command[1:]]
+        how.update(how_hooks)
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -298,6 +319,7 @@ def parse(argv: list[str]):
     ap.add_argument("--samples", type=int, default=0)
     ap.add_argument("--stop-after", type=int, default=0, help="stop SpecForge once this step is logged")
     ap.add_argument("--warm", help="the warm server's socket: fork SpecForge from it")
+    ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() in SpecForge after its first step")
     return ap.parse_args(argv[:cut]), argv[cut + 1 :]
 
 
