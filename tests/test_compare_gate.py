@@ -169,3 +169,28 @@ def test_the_exit_status_reaches_the_shell(tmp_path):
     failed = run_cli("bench", "compare", str(a), str(b), "--fail-if-slower", "5", timeout=120)
     assert failed.returncode == 3, failed.stderr
     assert failed.stdout.splitlines()[-1].startswith(f"gate: FAILED: {NAME} baseline B slower by 20.0% [")
+
+
+def test_an_arm_that_fails_parity_fails_both_gates_however_fast_and_compare_csv_says_why(tmp_path, capsys):
+    """B's Liger is as fast as A's but its training parity failed (a training_parity.csv beside its
+    summary, as a parity sweep writes): no gate may pass it, and compare.csv carries each side's
+    parity."""
+    a = sweep(tmp_path / "a", REF)
+    b = sweep(tmp_path / "b", {"baseline": [9.9, 10.0, 10.1, 9.95], "liger": [11.7, 11.6, 11.5, 11.65]})
+    verdicts = {"loss": "not equivalent: steps 21-40, RMS |Δ| 0.3 > 0.01 allowed", "accuracy": "equivalent"}
+    pd.DataFrame(
+        [{"cell_id": "c", "arm": "liger", "metric": m, "verdict": v} for m, v in verdicts.items()]
+    ).to_csv(tmp_path / "b" / "training_parity.csv", index=False)
+    rc, lines, _ = gate(
+        capsys, a, b, "--fail-if-slower", "5", "--fail-if-gain-drops", "2", "--out", str(tmp_path / "o")
+    )
+    assert rc == EXIT_FAILED
+    failed = [line for line in lines if line.lstrip().startswith("FAILED")]
+    assert len(failed) == 2 and all(
+        f"{NAME} liger: B's arm fails parity (training parity" in x for x in failed
+    )
+    assert any(line.lstrip().startswith("pass") and f"{NAME} baseline" in line for line in lines)
+    assert lines[-1].startswith(f"gate: FAILED: {NAME} liger B's arm fails parity")
+    out = pd.read_csv(tmp_path / "o" / "compare.csv").set_index("arm")
+    assert out.loc["liger", "parity_b"] == "FAIL: training parity not equivalent on loss"
+    assert pd.isna(out.loc["liger", "parity_a"]) and pd.isna(out.loc["baseline", "parity_b"])

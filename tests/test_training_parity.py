@@ -4,11 +4,13 @@ equivalent, a correct one as equivalent."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pandas as pd
 import pytest
 
+from bench.results.parity_gate import PARITY_EXIT
 from bench.results.training_parity import TRAINING_PARITY_COLUMNS, divergence, windows
 from bench.run.sweep import run_sweep
 from bench.trainers.embedded import EmbeddedPlug
@@ -60,7 +62,7 @@ def build(root) -> dict:
         **({"model.dtype": "bfloat16"} if arm.name == "adamw_plain" else {}),
     }
     mp.setattr(EmbeddedPlug, "arm_sets", wrong_sets)
-    assert run_sweep(CONFIG, out=bad, resume=True) == 0
+    assert run_sweep(CONFIG, out=bad, resume=True) == PARITY_EXIT  # the wrong arm fails: exit 4
     mp.undo()
     return {}
 
@@ -80,6 +82,31 @@ def test_an_arm_with_wrong_numerics_is_not_equivalent(parity_sweeps):
     loss = bad[bad.metric == "loss"].iloc[0]
     assert loss.verdict.startswith("not equivalent: steps ")
     assert loss.worst_rms_arm > loss.worst_allowed and loss.max_abs_delta_floor == 0  # a CPU's A/A: exact
+
+
+def test_bench_report_exits_4_when_an_arm_fails_training_parity_and_the_summary_says_so_first(
+    parity_sweeps, tmp_path_factory
+):
+    import subprocess
+    import sys
+
+    root, _ = built_once(tmp_path_factory, "cpu-parity", build)
+    env = {"BENCH_NO_PLOTS": "1"}
+    for name, code in (("good", 0), ("bad", PARITY_EXIT)):
+        r = subprocess.run(
+            [sys.executable, "-m", "bench", "report", str(root / name)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=300,
+        )
+        assert r.returncode == code, r.stderr[-2000:]
+    assert r.stderr.startswith("error: Parity FAILED: adamw_plain (tiny_offline_bs2_s128): loss parity FAIL")
+    assert "training parity not equivalent on loss, accuracy, grad_norm" in r.stderr
+    summary = (root / "bad" / "report.md").read_text().split("## Summary", 1)[1].lstrip().splitlines()[0]
+    assert summary.startswith("**Parity FAILED: adamw_plain")
+    assert "Parity FAILED" not in (root / "good" / "report.md").read_text()
 
 
 def test_the_console_says_each_metrics_verdict_and_the_worst_window(parity_sweeps):

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from bench.arms import BASELINE
-from bench.results import gain, gate, stats
+from bench.results import gain, gate, parity_gate, stats
 from bench.results.compare_format import label, render, write_outputs
 from bench.results.compare_inputs import KEY_COLUMNS, NUMERIC_KEYS, load_summary, per_run_values, row_key
 
@@ -34,7 +34,7 @@ COMPARE_COLUMNS = [
     "delta_samples_per_s_pct_a", "delta_samples_per_s_pct_ci95_low_a", "delta_samples_per_s_pct_ci95_high_a",
     "delta_samples_per_s_pct_b", "delta_samples_per_s_pct_ci95_low_b", "delta_samples_per_s_pct_ci95_high_b",
     "n_pairs_a", "n_pairs_b", "gain_change_points", "gain_change_points_ci95_low", "gain_change_points_ci95_high",
-    "gate", "gain_gate",
+    "parity_a", "parity_b", "gate", "gain_gate",
 ]  # fmt: skip
 MIN_RUNS = 3  # per side, for a verdict on an unpaired comparison
 PER_RUN, POINT = "per-run data (Welch)", "point estimate (summary.csv only)"
@@ -198,6 +198,7 @@ def compare(
     a_csv, b_csv = Path(a_csv), Path(b_csv)
     a, b = load_summary(a_csv), load_summary(b_csv)
     df = compare_tables(a, b)
+    df["parity_a"], df["parity_b"] = _parity(df, a, a_csv), _parity(df, b, b_csv)
     gates = []
     if fail_if_slower is not None:
         decisions = gate.decide(df, fail_if_slower, MIN_RUNS)
@@ -217,6 +218,25 @@ def compare(
     if out_dir is not None:
         write_outputs(df, sides, Path(out_dir), fail_if_slower, df.attrs.get("gate"))
     return df
+
+
+def _parity(df: pd.DataFrame, side: pd.DataFrame, path: Path) -> list[str | None]:
+    """Per comparison row, that side's parity of its arm (parity_gate.side_verdict): from the
+    sweep's summary.csv (``loss_parity``: the given file, or the one beside a given runs.csv) and
+    its training_parity.csv, where they are."""
+    summary = path if path.name != "runs.csv" else path.parent / "summary.csv"
+    loss: dict[tuple[str, str], str] = {}
+    if summary.is_file():
+        raw = pd.read_csv(summary, dtype=str, keep_default_na=False)
+        if {"cell_id", "arm", "loss_parity"} <= set(raw.columns):
+            loss = {(c, a): v for c, a, v in zip(raw["cell_id"], raw["arm"], raw["loss_parity"])}
+    beside = path.parent / "training_parity.csv"
+    training = pd.read_csv(beside) if beside.is_file() else None
+    verdicts = {}
+    for r in side.itertuples():
+        cell = str(getattr(r, "cell_id", ""))
+        verdicts[row_key(r)] = parity_gate.side_verdict(loss.get((cell, str(r.arm))), training, cell, r.arm)
+    return [verdicts.get(row_key(r)) for r in df.itertuples()]
 
 
 def run_compare(

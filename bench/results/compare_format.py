@@ -87,12 +87,19 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
         "gain B": [ci_text(p, lo, hi) for p, lo, hi in zip(both["delta_samples_per_s_pct_b"], both["delta_samples_per_s_pct_ci95_low_b"], both["delta_samples_per_s_pct_ci95_high_b"])],
         "gain B − A (points)": [ci_text(p, lo, hi, unit="") for p, lo, hi in zip(both["gain_change_points"], both["gain_change_points_ci95_low"], both["gain_change_points_ci95_high"])],
         "B vs A": both["verdict"].fillna("—"),
+        "parity A": [_parity_word(v) for v in both.get("parity_a", pd.Series(None, index=both.index))],
+        "parity B": [_parity_word(v) for v in both.get("parity_b", pd.Series(None, index=both.index))],
     })  # fmt: skip
     if (both["trainer"] != DEFAULT_TRAINER).any():
         shown.insert(0, "trainer", both["trainer"])
     if (pd.to_numeric(both["nodes"], errors="coerce").fillna(1) > 1).any():
         shown.insert(shown.columns.get_loc("arm"), "nodes", both["nodes"].map(num(".0f")))
     return shown
+
+
+def _parity_word(verdict) -> str:
+    """compare.csv's parity_a/parity_b in one word for the table: FAIL, pass or —."""
+    return verdict.split(":")[0] if isinstance(verdict, str) and verdict else "—"
 
 
 def _others(df: pd.DataFrame) -> list[tuple[str, list[str]]]:

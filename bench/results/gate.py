@@ -71,6 +71,12 @@ def row_name(r) -> str:
 
 
 def _not_comparable(r, name: str) -> Decision | None:
+    """Why a row cannot pass: an arm that fails parity on either side (its speed is not a gain),
+    two different workloads, a row only in A."""
+    for side in ("A", "B"):
+        verdict = getattr(r, f"parity_{side.lower()}", None)
+        if isinstance(verdict, str) and verdict.startswith("FAIL"):
+            return Decision(name, FAIL, f"{side}'s arm fails parity ({verdict.removeprefix('FAIL: ')})")
     if r.present == DIFFERENT:
         return Decision(name, UNDECIDED, f"not compared: different workloads ({r.workloads_differ})")
     if r.present == "A only":

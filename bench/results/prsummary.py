@@ -15,6 +15,7 @@ import pandas as pd
 
 from bench import fmt
 from bench.arms import AA, BASELINE
+from bench.results import parity_gate
 from bench.results.forest import cell_label, delta_text
 from bench.results.tables import distinct_values
 
@@ -149,9 +150,14 @@ def _row(r: Any) -> list[str]:
     ]
 
 
-def pr_summary(summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict) -> list[str]:
-    """report.md's "Summary" section: a table and a Δ line per cell, the machine line, the command."""
-    lines = ["## Summary", "", f"{machine_line(runs)}.", ""]
+def pr_summary(
+    summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict, training: pd.DataFrame | None = None
+) -> list[str]:
+    """report.md's "Summary" section: first, the arms that failed parity (``training``: the
+    training-parity table); a table and a Δ line per cell, the machine line, the command."""
+    found = parity_gate.failures(summary, training)
+    lines = ["## Summary", "", *([f"**{fmt.md(parity_gate.headline(found))}**", ""] if found else [])]
+    lines += [f"{machine_line(runs)}.", ""]
     for cell in _cells(summary):
         first = next(cell.itertuples())
         lines += [
@@ -178,10 +184,15 @@ def _wrap(text: str, width: int, indent: str = "  ") -> list[str]:
 
 
 def console_summary(
-    summary: pd.DataFrame, runs: pd.DataFrame, sweep: dict, width: int = CONSOLE_WIDTH
+    summary: pd.DataFrame,
+    runs: pd.DataFrame,
+    sweep: dict,
+    width: int = CONSOLE_WIDTH,
+    training: pd.DataFrame | None = None,
 ) -> list[str]:
     """The same facts as ``pr_summary`` in plain text, every line at most ``width`` columns."""
-    lines = _wrap(machine_line(runs), width)
+    found = parity_gate.failures(summary, training)
+    lines = [*(_wrap(parity_gate.headline(found), width) if found else []), *_wrap(machine_line(runs), width)]
     for cell in _cells(summary):
         lines += ["", *_wrap(cell_label(next(cell.itertuples())), width)]
         lines.append(f"  {'arm':<16} {'ok':>5} {'samples/s':>10} {'s/step':>8} {'peak VRAM':>10}")

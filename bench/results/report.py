@@ -215,7 +215,9 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     text = render_markdown(sweep, sweep_dir, records, tables, main, drawn=draw)
     atomic_write_text(sweep_dir / "report.md", text)
     paths["report.md"] = sweep_dir / "report.md"
-    console = console_summary(tables["summary"], tables["runs"], sweep)
+    console = console_summary(
+        tables["summary"], tables["runs"], sweep, training=tables.get("training_parity")
+    )
     console += parity_console(tables.get("training_parity", pd.DataFrame()))
     return {"paths": paths, **tables, "main_table": main, "console_summary": console}
 
@@ -245,7 +247,7 @@ def render_markdown(
     sweep has, loss parity, runs not ok, plots."""
     runs, summary = tables["runs"], tables["summary"]
     lines = [f"# Benchmark report: {sweep.get('name') or sweep_dir.name}", ""]
-    lines += pr_summary(summary, runs, sweep) + [""]
+    lines += pr_summary(summary, runs, sweep, tables.get("training_parity")) + [""]
     if drawn:
         lines += ["![Each arm vs its baseline, paired 95% CIs](forest.png)", ""]
     lines += ["## Provenance", ""]

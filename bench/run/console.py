@@ -164,6 +164,13 @@ def report(out_dir: Path) -> int:
     print(f"\nreport: {md} (every table; its Summary pastes into a PR)")
     if (out_dir / "forest.png").exists():
         print(f"headline figure: {out_dir / 'forest.png'}")
+    if isinstance(built, dict) and "summary" in built:
+        from bench.results import parity_gate
+
+        found = parity_gate.failures(built["summary"], built.get("training_parity"))
+        if found:  # a faster arm that computes something else is no gain: not a success
+            print(f"error: {parity_gate.headline(found)}", file=sys.stderr)
+            return parity_gate.PARITY_EXIT
     return 0
 
 
