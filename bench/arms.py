@@ -32,6 +32,7 @@ class Arm:
     optimizer: str | None = None  # an AdamW implementation instead of the default: foreach | plain
     gpu_only: bool = False  # refused in a CPU sweep (Liger arms are recorded as skipped instead)
     polls_vram: bool = True
+    perturb: bool = False  # the baseline's weights moved by one unit in the last place (a floor arm)
 
     def __post_init__(self) -> None:
         unknown = set(self.kernels) - set(KERNELS)
@@ -76,6 +77,12 @@ ARMS: Mapping[str, Arm] = _arms(
     Arm("swiglu", "Liger's SwiGLU alone", kernels=frozenset({"swiglu"})),
     Arm("aa", "the baseline again: an A/A comparison, the suite's own noise floor"),
     Arm("nopoll", "the baseline with the VRAM poller off (what polling costs)", polls_vram=False),
+    Arm(
+        "aa_eps",
+        "the baseline with every weight moved by one unit in the last place: how far training carries "
+        "one rounding step (training parity's sensitivity floor)",
+        perturb=True,
+    ),
     Arm("compile", "torch.compile of each draft layer", compile=True, gpu_only=True),
     Arm(
         "liger_compile",
@@ -106,5 +113,7 @@ ARMS: Mapping[str, Arm] = _arms(
 ARM_NAMES = tuple(ARMS)
 BASELINE = "baseline"
 AA = "aa"
+AA_EPS = "aa_eps"
+FLOOR_ARMS = (AA, AA_EPS)  # training parity's floors: the baseline again, and nudged by one ulp
 # Arms whose Δ the kernel attribution can predict from the swapped modules' timings.
 LIGER_ARMS = tuple(name for name, arm in ARMS.items() if arm.swapped_kinds)

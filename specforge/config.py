@@ -106,6 +106,7 @@ class ModelConfig:
     liger_swiglu: bool = True  # with use_liger_kernel: Liger's SwiGLU MLP (false: the stock one)
     attention_backend: Literal["flex_attention", "sdpa"] = "flex_attention"
     compile_layers: bool = False  # torch.compile each draft decoder layer (on a GPU)
+    init_perturb_ulp: bool = False  # move every weight by one ulp after its seeded init (aa_eps)
     # Liger's fused linear cross-entropy for the LM head + decayed CE (on a GPU; objective.py)
     liger_fused_linear_ce: bool = False
     loss_chunk_size: int = 1024  # scored positions per LM-head chunk (padded to whole chunks)

@@ -85,15 +85,26 @@ class DFlashDraft(nn.Module):
         self.rotary = modeling_qwen3.Qwen3RotaryEmbedding(self.config)
 
     @torch.no_grad()
-    def init_weights(self, seed: int, std: float = 0.02) -> None:
+    def init_weights(self, seed: int, std: float = 0.02, nudge_ulp: bool = False) -> None:
         """Deterministic init from ``seed`` on the parameters' device, independent of module
-        classes (parameters are visited by name), so both arms start from the same weights."""
+        classes (parameters are visited by name), so both arms start from the same weights;
+        ``nudge_ulp``: then every weight moved by one ulp (nudge_one_ulp)."""
         gen = torch.Generator(device=next(self.parameters()).device).manual_seed(seed)
         for name, p in sorted(self.named_parameters()):
             if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
                 p.fill_(1.0)
             else:
                 p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * std)
+        if nudge_ulp:
+            self.nudge_one_ulp()
+
+    @torch.no_grad()
+    def nudge_one_ulp(self) -> None:
+        """Move every parameter by one unit in the last place of its dtype (towards +inf): the
+        aa_eps arm, whose divergence from the baseline measures how far training carries one
+        rounding step (training parity's sensitivity floor)."""
+        for p in self.parameters():
+            p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
 
     def forward(self, target_hidden, noise_embeds, anchors, keep, backend: str) -> torch.Tensor:
         """target_hidden [b, S, K*Ht], noise_embeds [b, N*B, H] -> hidden [b, N*B, H]."""

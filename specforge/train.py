@@ -127,7 +127,7 @@ class Trainer:
                 profile.draft, len(self.arch_t.capture_layer_ids), self.arch_t.hidden_size, max_pos
             )
         draft.to(self.dtype)
-        draft.init_weights(seed)
+        draft.init_weights(seed, nudge_ulp=m.init_perturb_ulp)  # nudged: aa_eps, parity's sensitivity floor
         self.checksum = param_checksum(draft)
         self.module_types = sorted({type(m).__name__ for m in draft.modules()})
         if cfg.model.compile_layers:  # in place, so parameter names and FSDP wrapping stay as they are

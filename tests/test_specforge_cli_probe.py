@@ -62,6 +62,7 @@ def build_runs(root: Path) -> dict:
         wrapped(root, root / "probed", 5, probe),
         wrapped(root, root / "forked", 5, probe, root / "warm.sock"),
         wrapped(root, root / "frozen", 5, probe, None, "--gc-freeze"),
+        wrapped(root, root / "nudged", 5, {}, None, "--perturb-ulp"),
     ]
     return {"codes": codes}
 
@@ -79,7 +80,7 @@ def losses(rdir: Path) -> list[float]:
 @pytest.mark.slow
 def test_the_probe_records_a_fresh_run_without_changing_what_it_computes(runs):
     root, codes = runs
-    assert codes == [0, 0, 0, 0], (root / "probed" / "stdout.log").read_text()[-2000:]
+    assert codes == [0, 0, 0, 0, 0], (root / "probed" / "stdout.log").read_text()[-2000:]
     assert losses(root / "probed") == losses(root / "plain")  # the same numbers, step by step
     doc = json.loads((root / "probed" / "probe.json").read_text())
     assert len(doc["step_t"]) >= 4 and doc["step_t"] == sorted(doc["step_t"])
@@ -131,6 +132,21 @@ def test_the_sweep_key_puts_gc_freeze_on_the_wrapper_command(tmp_path):
         cfg = load_config(tmp_path / "s.yaml")
         argv = SpecForgeCliPlug(python="/py").train_command(cfg, plan(cfg)[0], tmp_path / "r", None)
         assert ("--gc-freeze" in argv[: argv.index("--")]) is value
+
+
+@pytest.mark.slow
+def test_the_aa_eps_arm_moves_every_weight_by_one_ulp_inside_specforge(runs):
+    """The sensitivity floor's arm on the real CLI: SpecForge has no key for it, so instrument.py
+    nudges the weights the optimizer holds before step 1's update; the run then trains a hair
+    apart from the baseline: step 1 equal, later steps different but close."""
+    root, _ = runs
+    moved = json.loads((root / "nudged" / "perturb.json").read_text())
+    assert moved["before_step"] == 1 and moved["tensors"] > 0 and moved["elements"] > 1000
+    how = json.loads((root / "nudged" / "specforge.json").read_text())
+    assert how["perturb_ulp"] == {"before_step": 1, "output": "perturb.json"}
+    plain, nudged = losses(root / "plain"), losses(root / "nudged")
+    assert nudged[0] == plain[0] and nudged != plain
+    assert max(abs(a - b) for a, b in zip(plain, nudged)) < 0.05
 
 
 @pytest.mark.slow

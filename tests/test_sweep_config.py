@@ -443,4 +443,5 @@ def test_the_keys_arms_set_are_refused_in_a_cell_with_the_arms_that_set_them():
         "model.liger_fused_linear_ce": "use arms (liger_flce)",
         "training.fused_adamw": "use arms (adamw_foreach, adamw_plain)",
         "training.foreach_adamw": "use arms (adamw_plain)",
+        "model.init_perturb_ulp": "use arms (aa_eps)",
     }

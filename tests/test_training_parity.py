@@ -4,14 +4,18 @@ equivalent, a correct one as equivalent."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 
+import bench.config.typed as typed
+from bench.config.schema import ParityKeys
 from bench.results.parity_gate import PARITY_EXIT
-from bench.results.training_parity import TRAINING_PARITY_COLUMNS, divergence, windows
+from bench.results.training_parity import TRAINING_PARITY_COLUMNS, divergence, judge, windows
 from bench.run.sweep import run_sweep
 from bench.trainers.embedded import EmbeddedPlug
 from bench.trainers.embedded import keys as our_keys
@@ -38,6 +42,42 @@ def test_divergence_takes_the_largest_over_rounds():
     }
     d = divergence({"baseline": base, "x": arm}, "x", "loss")
     assert d.to_dict() == {1: 0.5, 2: 0.25}
+
+
+def _chaotic(scale: float, steps: int = 100) -> pd.DataFrame:
+    """A metric that moves away from the baseline's like a rounding step that training amplifies:
+    |Δ| grows from 1e-6 to ``scale`` over the run."""
+    t = np.arange(1, steps + 1)
+    delta = 1e-6 * (scale / 1e-6) ** (t / steps) * np.where(t % 2, 1, -1)
+    base = 5.0 - 0.02 * t
+    return pd.DataFrame(
+        {"loss": base + delta, "accuracy": 0.01 * t / steps, "grad_norm": 1.0 + 0 * t}, index=t
+    )
+
+
+def test_a_reassociation_only_arm_is_held_to_the_sensitivity_floor_and_a_wrong_arm_still_fails():
+    """On a deterministic machine the A/A pair agrees exactly (floor 0), so the old rule held an arm
+    that only sums in another order to the fixed 1e-3: 'not equivalent'. The aa_eps run (one ulp on
+    every weight) shows how far this training carries such a difference; an arm within it is
+    equivalent, and an arm 10x beyond it still fails."""
+    steps = 100
+    t = np.arange(1, steps + 1)
+    base = pd.DataFrame(
+        {"loss": 5.0 - 0.02 * t, "accuracy": 0.01 * t / steps, "grad_norm": 1.0 + 0 * t}, index=t
+    )
+    p = {**typed.defaults(ParityKeys), "window": 10}
+    runs = {
+        "baseline": {1: base},
+        "aa": {1: base.copy()},
+        "reassoc": {1: _chaotic(0.05)},
+        "wrong": {1: _chaotic(0.5)},
+    }
+    old = judge(runs, "reassoc", "loss", p, steps)
+    assert old["verdict"].startswith("not equivalent") and old["max_abs_delta_floor"] == 0
+    runs["aa_eps"] = {1: _chaotic(0.04)}
+    assert judge(runs, "reassoc", "loss", p, steps)["verdict"] == "equivalent"
+    wrong = judge(runs, "wrong", "loss", p, steps)
+    assert wrong["verdict"].startswith("not equivalent") and wrong["worst_rms_floor"] > 0
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +117,28 @@ def test_a_correct_arm_is_equivalent_and_the_loss_really_falls(parity_sweeps):
     assert "## Training parity (against the A/A floor)" in report and "| 200 |" in report
 
 
+def test_the_cpu_sweep_measures_a_sensitivity_floor_where_its_aa_floor_is_zero(parity_sweeps):
+    """aa_eps (one ulp on every weight of our trainer's draft) trains apart from the baseline,
+    while the A/A run agrees exactly: the floor the rule holds arms to is no longer 0."""
+    _, _, out = parity_sweeps
+
+    def loss(arm: str) -> pd.Series:
+        rows = (out / "runs" / f"tiny_offline_bs2_s128_{arm}_r1" / "metrics.jsonl").read_text().splitlines()
+        return pd.Series([json.loads(r)["loss"] for r in rows])
+
+    base = loss("baseline")
+    assert (loss("aa") == base).all()
+    nudged = (loss("aa_eps") - base).abs()
+    assert 0 < nudged.iloc[:10].max() < 1e-4  # a rounding step apart at first ...
+    assert nudged.max() > 100 * nudged.iloc[:10].max()  # ... which 200 steps of training carry far
+
+
 def test_an_arm_with_wrong_numerics_is_not_equivalent(parity_sweeps):
     _, bad, _ = parity_sweeps
     loss = bad[bad.metric == "loss"].iloc[0]
     assert loss.verdict.startswith("not equivalent: steps ")
-    assert loss.worst_rms_arm > loss.worst_allowed and loss.max_abs_delta_floor == 0  # a CPU's A/A: exact
+    assert loss.worst_rms_arm > loss.worst_allowed  # beyond even the sensitivity floor (aa_eps)
+    assert loss.max_abs_delta_floor > 0  # a CPU's A/A agrees exactly: the floor is aa_eps's
 
 
 def test_bench_report_exits_4_when_an_arm_fails_training_parity_and_the_summary_says_so_first(

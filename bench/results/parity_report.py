@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import fmt
-from bench.arms import AA, BASELINE
+from bench.arms import AA, AA_EPS, BASELINE
 from bench.results import canvas
 from bench.results.records import RunRecord
 from bench.results.training_parity import (
@@ -44,6 +44,13 @@ def parity_section(table: pd.DataFrame, records: list[RunRecord], sweep: dict) -
         f"(accuracy), {p['grad_norm_rtol']:g} × the baseline's value (gradient norm); docs/method.md.",
         "",
     ]
+    if any(AA_EPS in runs for runs in series(records).values()):
+        lines += [
+            f"With `{AA_EPS}` (the baseline with every weight moved by one unit in the last place), the "
+            f"floor at each step is the larger of the `{AA}` and `{AA_EPS}` runs' |Δ|: how far this "
+            "cell's training carries one rounding step.",
+            "",
+        ]
     for cell_id, runs in series(records).items():
         rows = table[table["cell_id"] == cell_id]
         if rows.empty:

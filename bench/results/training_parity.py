@@ -8,7 +8,11 @@ floor an arm's divergence from the baseline is held to. Per metric (loss, accura
 norm), per cell and arm:
 
 - the divergence at step t is |x_arm(t) − x_baseline(t)| of the same round (pair); the floor's
-  is |x_aa(t) − x_baseline(t)|; over several rounds, the largest of each at every step;
+  is |x_aa(t) − x_baseline(t)|, or with the ``aa_eps`` arm (the baseline with every weight moved
+  by one unit in the last place) the larger of that and |x_aa_eps(t) − x_baseline(t)|: how far
+  this cell's training carries one rounding step, which is what an arm that only sums in another
+  order can be held to where the machine itself is deterministic (its A/A floor exactly 0); over
+  several rounds, the largest of each at every step;
 - the steps are cut into windows (``window`` steps, default a tenth of the steps and at least
   10); in each window the RMS of the arm's divergence must stay within ``margin`` times the
   floor's RMS plus a small absolute term (``loss_atol``, ``accuracy_atol``; for the gradient norm
@@ -34,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 import bench.config.typed as typed
-from bench.arms import AA, BASELINE
+from bench.arms import AA, AA_EPS, BASELINE, FLOOR_ARMS
 from bench.config.schema import ParityKeys
 from bench.results.records import RunRecord
 
@@ -109,9 +113,21 @@ def allowed(floor: pd.Series, base: pd.Series, metric: str, p: dict) -> float:
     return p["margin"] * rms(floor) + extra
 
 
+def floor_of(runs: dict[str, dict[int, pd.DataFrame]], metric: str) -> pd.Series:
+    """The floor per step: the A/A run's divergence from the baseline, or, with an aa_eps run, the
+    larger of the two (the ε-A/A run measures how far training carries one rounding step, which a
+    deterministic machine's A/A pair, exactly 0, cannot show); empty without an A/A run."""
+    plain = divergence(runs, AA, metric)
+    nudged = divergence(runs, AA_EPS, metric)
+    if plain.empty or nudged.empty:
+        return plain
+    both = pd.concat([plain, nudged], axis=1).dropna()
+    return both.max(axis=1)
+
+
 def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: dict, steps: int) -> dict:
     """One row of training_parity.csv (without the cell's identity)."""
-    d, floor, base = divergence(runs, arm, metric), divergence(runs, AA, metric), baseline_mean(runs, metric)
+    d, floor, base = divergence(runs, arm, metric), floor_of(runs, metric), baseline_mean(runs, metric)
     common = sorted(set(d.index) & set(floor.index) & set(base.index))
     row: dict[str, Any] = {"arm": arm, "metric": metric, "steps_compared": len(common), "margin": p["margin"]}
     row["tolerance"] = p["grad_norm_rtol"] if metric == "grad_norm" else p[f"{metric}_atol"]
@@ -166,7 +182,7 @@ def training_parity_table(records: list[RunRecord], sweep: dict) -> pd.DataFrame
         ident["trainer"] = rec.trainer if rec else None
         steps = int(rec.cell.get("steps") or 0) if rec else 0
         fell = learned(runs, p, steps)
-        for arm in (a for a in runs if a not in (BASELINE, AA)):
+        for arm in (a for a in runs if a not in (BASELINE, *FLOOR_ARMS)):
             for metric in METRICS:
                 row = {**ident, **fell, **judge(runs, arm, metric, p, steps)}
                 if fell and fell["loss_drop_pct"] < p["min_loss_drop_pct"] and row["verdict"] == "equivalent":

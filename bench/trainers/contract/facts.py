@@ -25,8 +25,9 @@ def profile_and_mode(train: Any, cfg_path: Path, where: str) -> dict | str:
 
 
 def contract_arm(arm: Arm) -> bool:
-    """Whether the contract alone expresses the arm: Liger off, or on with its two kernels."""
-    return not arm.changes and arm.kernels in (frozenset(), LIGER_DEFAULT)
+    """Whether the contract alone expresses the arm: Liger off, or on with its two kernels (no
+    nudged weights: the contract has no key for them)."""
+    return not arm.changes and not arm.perturb and arm.kernels in (frozenset(), LIGER_DEFAULT)
 
 
 class ContractReader:

@@ -28,6 +28,7 @@ COMPILE_KEY = "model.compile_layers"
 ATTENTION_KEY = "model.attention_backend"
 FUSED_ADAMW_KEY = "training.fused_adamw"
 FOREACH_ADAMW_KEY = "training.foreach_adamw"
+PERTURB_KEY = "model.init_perturb_ulp"  # every weight moved by one ulp after its seeded init
 # optimizer -> our keys: foreach instead of the fused kernel; the plain loop instead of either
 OPTIMIZERS = {
     "foreach": {FUSED_ADAMW_KEY: False},
@@ -64,6 +65,8 @@ def arm_sets(arm: Arm) -> dict[str, Any]:
         sets[ATTENTION_KEY] = arm.attention
     if arm.optimizer is not None:
         sets.update(OPTIMIZERS[arm.optimizer])
+    if arm.perturb:
+        sets[PERTURB_KEY] = True
     return sets
 
 

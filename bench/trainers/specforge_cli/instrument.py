@@ -1,6 +1,7 @@
 """Hooks inside one SpecForge process: ``PYTHON instrument.py [--probe OUT FIRST COUNT]
-[--gc-freeze OUT] -m MODULE ARGS...`` runs ``python -m MODULE ARGS`` (``runpy``, as a command
-line would) after hooking every optimizer's step. ``--gc-freeze``: GcFreeze below. ``--probe``:
+[--gc-freeze OUT] [--perturb-ulp OUT] -m MODULE ARGS...`` runs ``python -m MODULE ARGS``
+(``runpy``, as a command line would) after hooking every optimizer's step. ``--gc-freeze``:
+GcFreeze below; ``--perturb-ulp``: PerturbUlp (the aa_eps arm). ``--probe``:
 what the process did while it trained, written to OUT (JSON) once optimizer step FIRST + COUNT
 has run:
 
@@ -255,12 +256,43 @@ class GcFreeze:
         os.replace(self.out + ".tmp", self.out)
 
 
-def install(probe: list | None = None, gc_freeze: str | None = None) -> None:
+class PerturbUlp:
+    """Before the first optimizer step's update, move every parameter the optimizer holds by one
+    unit in the last place (``torch.nextafter`` towards +inf, in its own dtype): the aa_eps arm,
+    whose divergence from the baseline measures how far training carries one rounding step.
+    OUT (JSON) says how many tensors and elements were moved."""
+
+    def __init__(self, out: str):
+        self.out, self.done = out, False
+
+    def __call__(self, optimizer, _args, _kwargs) -> None:
+        if self.done:
+            return
+        import torch
+
+        self.done = True
+        tensors = elements = 0
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
+                    tensors += 1
+                    elements += p.numel()
+        with open(self.out + ".tmp", "w") as f:
+            json.dump({"before_step": 1, "tensors": tensors, "elements": elements}, f)
+        os.replace(self.out + ".tmp", self.out)
+
+
+def install(probe: list | None = None, gc_freeze: str | None = None, perturb_ulp: str | None = None) -> None:
     """Hook every optimizer's step in this process (also a run forked by warmserver.py):
-    ``probe`` = [OUT, FIRST, COUNT] (Probe), ``gc_freeze`` = OUT (GcFreeze)."""
+    ``probe`` = [OUT, FIRST, COUNT] (Probe), ``gc_freeze`` = OUT (GcFreeze), ``perturb_ulp`` =
+    OUT (PerturbUlp)."""
     import gc
 
     import torch.optim.optimizer as opt
+
+    if perturb_ulp:
+        opt.register_optimizer_step_pre_hook(PerturbUlp(perturb_ulp))
 
     if probe:
         hook = Probe(str(probe[0]), int(probe[1]), int(probe[2]))
@@ -270,7 +302,9 @@ def install(probe: list | None = None, gc_freeze: str | None = None) -> None:
         opt.register_optimizer_step_post_hook(GcFreeze(gc_freeze))
 
 
-USAGE = "usage: instrument.py [--probe OUT FIRST COUNT] [--gc-freeze OUT] -m MODULE ARGS..."
+USAGE = (
+    "usage: instrument.py [--probe OUT FIRST COUNT] [--gc-freeze OUT] [--perturb-ulp OUT] -m MODULE ARGS..."
+)
 
 
 def parse(argv: list[str]) -> tuple[dict, list[str]]:
@@ -281,6 +315,8 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
             opts["probe"], i = argv[i + 1 : i + 4], i + 4
         elif argv[i] == "--gc-freeze" and i + 1 < len(argv):
             opts["gc_freeze"], i = argv[i + 1], i + 2
+        elif argv[i] == "--perturb-ulp" and i + 1 < len(argv):
+            opts["perturb_ulp"], i = argv[i + 1], i + 2
         else:
             raise ValueError(f"{USAGE} (not {argv[i]!r})")
     if i + 1 >= len(argv):

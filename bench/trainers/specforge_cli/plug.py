@@ -179,6 +179,8 @@ class SpecForgeCliPlug:
             wrap += ["--warm", self.warm_socket()]
         if cfg.trainer_gc_freeze:
             wrap += ["--gc-freeze"]
+        if ARMS[run.arm].perturb:  # aa_eps: SpecForge has no key for it; instrument.py moves the weights
+            wrap += ["--perturb-ulp"]
         if cell.prepared and cache_dir is not None:
             wrap += ["--features", str(cache_dir / "features"), "--samples", str(self.samples_needed(cell))]
             config = cache_dir / "run.yaml"

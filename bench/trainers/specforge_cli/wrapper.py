@@ -19,7 +19,8 @@ It runs in the driver's process group (a timeout's group kill reaches SpecForge 
    checkpoint before it exits: 14 s on the H200.)
 5. with ``--gc-freeze`` (the sweep's ``trainer_gc_freeze``), has instrument.py call gc.freeze() in
    SpecForge's process after its first optimizer step (``DIR/gc_freeze.json``); with
-   $BENCH_SPECFORGE_PROBE, its probe (below);
+   ``--perturb-ulp`` (the aa_eps arm), move every weight by one ulp before step 1's update
+   (``DIR/perturb.json``); with $BENCH_SPECFORGE_PROBE, its probe (below);
 6. at the end removes what SpecForge wrote into its output directory and the links, ends any
    process of the run left behind (SpecForge's own workers), and records in ``DIR/specforge.json``
    how the run started and ended, how long the exit took and what was removed.
@@ -82,6 +83,7 @@ INSTRUMENT = Path(__file__).with_name("instrument.py")  # run by path in the use
 #                                       step AFTER is logged, into DIR/pyspy.txt (collapsed stacks)
 PROBE_ENV = "BENCH_SPECFORGE_PROBE"
 PYSPY_ENV = "BENCH_PYSPY"
+PERTURB = "perturb.json"  # what the aa_eps arm moved (instrument.py's PerturbUlp)
 GC_FREEZE = "gc_freeze.json"  # what gc.freeze() after step 1 froze (instrument.py's GcFreeze)
 STARTUP_LINES = 80  # the lines before step 1 kept with their arrival times (where the start goes)
 
@@ -276,6 +278,9 @@ def instrument(args) -> tuple[dict, dict]:
     if args.gc_freeze:
         hooks["gc_freeze"] = str(args.run_dir / GC_FREEZE)
         how["gc_freeze"] = {"after_step": 1, "output": GC_FREEZE}
+    if args.perturb_ulp:
+        hooks["perturb_ulp"] = str(args.run_dir / PERTURB)
+        how["perturb_ulp"] = {"before_step": 1, "output": PERTURB}
     return hooks, how
 
 
@@ -293,9 +298,9 @@ def start(args, command: list[str]) -> tuple[object, dict]:
     else:
         how = {"start": "exec"}
     if hooks and command[1:2] == ["-m"]:
-        flags = (["--probe", *map(str, hooks["probe"])] if "probe" in hooks else []) + (
-            ["--gc-freeze", hooks["gc_freeze"]] if "gc_freeze" in hooks else []
-        )
+        flags = ["--probe", *map(str, hooks["probe"])] if "probe" in hooks else []
+        for key in ("gc_freeze", "perturb_ulp"):
+            flags += [f"--{key.replace('_', '-')}", hooks[key]] if key in hooks else []
         command = [command[0], str(INSTRUMENT), *flags, *command[1:]]
         how.update(how_hooks)
     return subprocess.Popen(
@@ -320,6 +325,9 @@ def parse(argv: list[str]):
     ap.add_argument("--stop-after", type=int, default=0, help="stop SpecForge once this step is logged")
     ap.add_argument("--warm", help="the warm server's socket: fork SpecForge from it")
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() in SpecForge after its first step")
+    ap.add_argument(
+        "--perturb-ulp", action="store_true", help="every weight moved by one ulp before step 1's update"
+    )
     return ap.parse_args(argv[:cut]), argv[cut + 1 :]
 
 
