@@ -213,8 +213,12 @@ def _pyspy_spec() -> tuple[str, int, float] | None:
     spec = os.environ.get(PYSPY_ENV, "")
     if not spec:
         return None
-    path, after, seconds = spec.rsplit(":", 2)
-    return path, int(after), float(seconds)
+    try:
+        path, after, seconds = spec.rsplit(":", 2)
+        return path, int(after), float(seconds)
+    except ValueError:
+        print(f"bench: {PYSPY_ENV}={spec!r} is not PATH:AFTER:SECONDS; no py-spy", file=sys.stderr)
+        return None
 
 
 def _start_pyspy(spec: tuple[str, int, float], pid: int, out: Path) -> dict:
@@ -268,11 +272,16 @@ def warm_server(sock: str, python: str, driver: int) -> dict:
 
 def instrument(args) -> tuple[dict, dict]:
     """The hooks instrument.py installs in SpecForge's process, and what specforge.json says of
-    them: the probe ($BENCH_SPECFORGE_PROBE) and gc.freeze() after step 1 (--gc-freeze)."""
+    them: the probe ($BENCH_SPECFORGE_PROBE), gc.freeze() after step 1 (--gc-freeze), every weight
+    moved by one ulp before step 1's update (--perturb-ulp: the aa_eps arm)."""
     hooks, how = {}, {}
     probe = os.environ.get(PROBE_ENV, "")
-    if probe:
-        first, count = (int(x) for x in probe.split(":"))
+    try:
+        first, count = (int(x) for x in probe.split(":")) if probe else (0, 0)
+    except ValueError:
+        print(f"bench: {PROBE_ENV}={probe!r} is not FIRST:COUNT (e.g. 13:2); no probe", file=sys.stderr)
+        first = count = 0
+    if count > 0:
         hooks["probe"] = [str(args.run_dir / "probe.json"), first, count]
         how["probe"] = {"first": first, "count": count, "output": "probe.json"}
     if args.gc_freeze:
