@@ -194,3 +194,20 @@ def test_an_arm_that_fails_parity_fails_both_gates_however_fast_and_compare_csv_
     out = pd.read_csv(tmp_path / "o" / "compare.csv").set_index("arm")
     assert out.loc["liger", "parity_b"] == "FAIL: training parity not equivalent on loss"
     assert pd.isna(out.loc["liger", "parity_a"]) and pd.isna(out.loc["baseline", "parity_b"])
+
+
+def test_the_floor_arms_are_yardsticks_not_arms_under_test():
+    """aa_eps is made to drift (one ulp, carried by training): its loss parity failing is its job,
+    not a finding that fails the sweep; a Liger arm failing it is one."""
+    from bench.results.parity_gate import failures
+
+    summary = pd.DataFrame(
+        [
+            {"cell_id": "c", "arm": "aa", "loss_parity": "FAIL in 1 of 1 pairs"},
+            {"cell_id": "c", "arm": "aa_eps", "loss_parity": "FAIL in 1 of 1 pairs"},
+            {"cell_id": "c", "arm": "liger", "loss_parity": "pass (1/1)"},
+        ]
+    )
+    assert failures(summary) == {}
+    summary.loc[2, "loss_parity"] = "FAIL in 1 of 1 pairs"
+    assert list(failures(summary)) == [("c", "liger")]

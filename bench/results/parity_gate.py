@@ -1,4 +1,5 @@
-"""Which arms fail parity, for every verdict a user acts on: an arm fails when its loss parity
+"""Which arms fail parity, for every verdict a user acts on: an arm (not the floor arms aa and
+aa_eps, the yardsticks, which are meant to drift) fails when its loss parity
 failed (summary.csv's ``loss_parity``: "FAIL in k of n pairs ...", bench/results/parity.py) or a
 metric of its training parity is not equivalent to the baseline against the A/A floor
 (training_parity.csv's ``verdict``, bench/results/training_parity.py). A faster arm that
@@ -9,6 +10,8 @@ status")."""
 from __future__ import annotations
 
 import pandas as pd
+
+from bench.arms import FLOOR_ARMS
 
 PARITY_EXIT = 4  # an arm failed loss or training parity (1: runs failed or the environment, 2: bad input)
 LOSS_FAILED = "FAIL"  # how parity.loss_parity_verdict starts a failed verdict
@@ -21,10 +24,14 @@ def failures(summary: pd.DataFrame, training: pd.DataFrame | None = None) -> dic
     if "loss_parity" in summary:
         for r in summary.itertuples():
             verdict = r.loss_parity
+            if str(r.arm) in FLOOR_ARMS:  # the yardsticks (aa, aa_eps), not arms under test
+                continue
             if isinstance(verdict, str) and verdict.startswith(LOSS_FAILED):
                 out.setdefault((str(r.cell_id), str(r.arm)), []).append(f"loss parity {verdict}")
     if training is not None and len(training) and "verdict" in training:
         for (cell, arm), g in training.groupby(["cell_id", "arm"], sort=False):
+            if str(arm) in FLOOR_ARMS:
+                continue
             bad = [str(m) for m, v in zip(g["metric"], g["verdict"]) if str(v).startswith(NOT_EQUIVALENT)]
             if bad:
                 out.setdefault((str(cell), str(arm)), []).append(
