@@ -176,3 +176,31 @@ def test_the_console_says_each_metrics_verdict_and_the_worst_window(parity_sweep
     worst = bad[bad.metric == "loss"].iloc[0].worst_window
     assert f"loss not equivalent (steps {worst})" in " ".join(" ".join(parity_console(bad)).split())
     assert all(len(line) <= 100 for line in parity_console(bad))
+
+
+def _learning(steps: int = 60) -> pd.DataFrame:
+    t = np.arange(1, steps + 1)
+    return pd.DataFrame(
+        {"loss": 5.0 - 0.05 * t, "accuracy": 0.01 * t / steps, "grad_norm": 1.0 + 0 * t}, index=t
+    )
+
+
+@pytest.mark.parametrize("who", ["arm", "baseline"])
+def test_a_nan_half_way_fails_the_comparison_at_its_step_instead_of_shortening_it(who):
+    base, arm = _learning(), _learning()
+    broken = arm if who == "arm" else base
+    broken.loc[31:, "loss"] = np.nan  # the training broke at step 31
+    runs = {"baseline": {1: base}, "aa": {1: _learning()}, "x": {1: arm}}
+    p = {**typed.defaults(ParityKeys), "window": 10}
+    row = judge(runs, "x", "loss", p, 60)
+    whose = "the arm's" if who == "arm" else "the baseline's"
+    assert row["verdict"] == f"not equivalent: step 31: {whose} loss is nan"
+    assert judge(runs, "x", "grad_norm", p, 60)["verdict"] == "equivalent"  # that metric is finite
+
+
+def test_an_allowance_of_zero_passes_two_identical_runs():
+    runs = {"baseline": {1: _learning()}, "aa": {1: _learning()}, "x": {1: _learning()}}
+    p = {**typed.defaults(ParityKeys), "window": 10, "loss_atol": 0.0}
+    assert judge(runs, "x", "loss", p, 60)["verdict"] == "equivalent"  # RMS 0 <= 0 allowed
+    runs["x"][1].loc[40, "loss"] += 1e-9
+    assert judge(runs, "x", "loss", p, 60)["verdict"].startswith("not equivalent: steps 31-40")

@@ -125,8 +125,37 @@ def floor_of(runs: dict[str, dict[int, pd.DataFrame]], metric: str) -> pd.Series
     return both.max(axis=1)
 
 
+def first_non_finite(
+    runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str
+) -> tuple[int, float] | None:
+    """The first (step, value) at which a run of ``arm`` logged ``metric`` as NaN or ±inf, once the
+    metric is logged at all (a trainer that never logs it has no such step); None if none."""
+    worst: tuple[int, float] | None = None
+    for frame in runs.get(arm, {}).values():
+        if metric not in frame:
+            continue
+        x = pd.to_numeric(frame[metric], errors="coerce")
+        finite = np.isfinite(x.to_numpy(dtype=float))
+        if not finite.any():
+            continue
+        bad = x.index[(~finite) & (np.cumsum(finite) > 0)]  # after its first finite value
+        if len(bad) and (worst is None or int(bad[0]) < worst[0]):
+            worst = (int(bad[0]), float(x.loc[bad[0]]))
+    return worst
+
+
 def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: dict, steps: int) -> dict:
-    """One row of training_parity.csv (without the cell's identity)."""
+    """One row of training_parity.csv (without the cell's identity). A NaN or infinite value in the
+    arm's or the baseline's runs fails the comparison at its step: dropping it would judge only the
+    steps before the training broke."""
+    for who in (arm, BASELINE):
+        broken = first_non_finite(runs, who, metric)
+        if broken is not None:
+            row = {"arm": arm, "metric": metric, "margin": p["margin"], "steps_compared": 0}
+            row["tolerance"] = p["grad_norm_rtol"] if metric == "grad_norm" else p[f"{metric}_atol"]
+            row["rounds"] = len(set(runs.get(arm, {})) & set(runs.get(BASELINE, {})))
+            whose = "the arm's" if who == arm else "the baseline's"
+            return {**row, "verdict": f"not equivalent: step {broken[0]}: {whose} {metric} is {broken[1]}"}
     d, floor, base = divergence(runs, arm, metric), floor_of(runs, metric), baseline_mean(runs, metric)
     common = sorted(set(d.index) & set(floor.index) & set(base.index))
     row: dict[str, Any] = {"arm": arm, "metric": metric, "steps_compared": len(common), "margin": p["margin"]}
@@ -143,7 +172,8 @@ def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: di
     scored = []
     for chunk in chunks:
         limit = allowed(floor.loc[chunk], base.loc[chunk], metric, p)
-        scored.append((rms(d.loc[chunk]) / limit if limit > 0 else math.inf, chunk, limit))
+        spread = rms(d.loc[chunk])
+        scored.append((spread / limit if limit > 0 else (0.0 if spread == 0 else math.inf), chunk, limit))
     ratio, worst, limit = max(scored, key=lambda s: s[0])
     row.update(window_steps=width, windows=len(chunks), windows_within=sum(s[0] <= 1 for s in scored))
     row.update(worst_window=f"{int(worst[0])}-{int(worst[-1])}", worst_allowed=limit)
@@ -161,8 +191,8 @@ def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: di
 def learned(runs: dict[str, dict[int, pd.DataFrame]], p: dict, steps: int) -> dict[str, Any]:
     """The baseline's loss at its first step, over its last window, and the fall in %."""
     loss = baseline_mean(runs, "loss").dropna()
-    if loss.empty:
-        return {}
+    if loss.empty or first_non_finite(runs, BASELINE, "loss") is not None:
+        return {}  # a baseline that broke (NaN, inf) learned nothing to compare: judge() says where
     first, last = float(loss.iloc[0]), float(loss.iloc[-window_of(steps, p.get("window")) :].mean())
     drop = 100.0 * (first - last) / first if first else math.nan
     return {"loss_first_baseline": first, "loss_last_baseline": last, "loss_drop_pct": drop}
