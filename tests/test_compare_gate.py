@@ -211,3 +211,13 @@ def test_the_floor_arms_are_yardsticks_not_arms_under_test():
     assert failures(summary) == {}
     summary.loc[2, "loss_parity"] = "FAIL in 1 of 1 pairs"
     assert list(failures(summary)) == [("c", "liger")]
+
+
+def test_the_gain_gate_fails_an_arm_that_b_no_longer_runs(tmp_path, capsys):
+    """A measured Liger's gain; B's Liger runs all ran out of memory: the gain is gone, not
+    'not decided' beside a passing baseline."""
+    a = sweep(tmp_path / "a", REF)
+    b = sweep(tmp_path / "b", {"baseline": [10.0, 10.05, 9.95, 10.0], "liger": [None, None, None, None]})
+    rc, lines, _ = gate(capsys, a, b, "--fail-if-gain-drops", "2")
+    assert rc == EXIT_FAILED
+    assert lines[-1] == f"gate: FAILED: {NAME} liger B has no ok run of the arm (its gain in A: +16.0%)"

@@ -135,6 +135,11 @@ def decide_gain(df: pd.DataFrame, points: float, min_pairs: int) -> list[Decisio
             continue
         name = row_name(r)
         other = _not_comparable(r, name)
+        lost = math.isnan(r.samples_per_s_b) and not math.isnan(r.delta_samples_per_s_pct_a)
+        if other is None and lost:  # A measured the arm's gain; B has no ok run of it: nothing kept
+            other = Decision(
+                name, FAIL, f"B has no ok run of the arm (its gain in A: {r.delta_samples_per_s_pct_a:+.1f}%)"
+            )
         if other is None:
             pairs = (fmt.num(r.n_pairs_a, 0), fmt.num(r.n_pairs_b, 0))
             if math.isnan(r.gain_change_points):
