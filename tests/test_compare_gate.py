@@ -221,3 +221,15 @@ def test_the_gain_gate_fails_an_arm_that_b_no_longer_runs(tmp_path, capsys):
     rc, lines, _ = gate(capsys, a, b, "--fail-if-gain-drops", "2")
     assert rc == EXIT_FAILED
     assert lines[-1] == f"gate: FAILED: {NAME} liger B has no ok run of the arm (its gain in A: +16.0%)"
+
+
+def test_a_run_listed_twice_in_runs_csv_is_refused_in_one_line(tmp_path, capsys):
+    """A repeated row would count a run twice: a narrower CI, perhaps a flipped gate."""
+    a = sweep(tmp_path / "a", REF)
+    b = sweep(tmp_path / "b", REF)
+    runs = pd.read_csv(tmp_path / "b" / "runs.csv")
+    pd.concat([runs, runs.iloc[[5]]]).to_csv(tmp_path / "b" / "runs.csv", index=False)
+    rc = main(["compare", str(a), str(tmp_path / "b" / "runs.csv"), "--fail-if-slower", "5"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: {tmp_path / 'b' / 'runs.csv'}: line 10: run c_liger_r2 is listed again")

@@ -133,6 +133,11 @@ def check_table(df: pd.DataFrame, path: Path, kind: str, expected: str = _EXPECT
         blank = df[c].isna() | (df[c].astype(str).str.strip() == "")
         if blank.any():
             raise ValueError(f"{path}: line {_line(blank)}: no {c}; every row of a {kind} names its {c}")
+    if kind == "runs.csv":
+        twice = df["run_id"].astype(str).duplicated(keep="first")
+        if twice.any():  # counted twice, a run would narrow the CI and could flip a gate
+            run = df.loc[twice, "run_id"].iloc[0]
+            raise ValueError(f"{path}: line {_line(twice)}: run {run} is listed again; a run counts once")
     optional_keys = [c for c in NUMERIC_KEYS if c not in keys and c in df.columns]
     for c in keys + optional_keys + [v for v in values if v in df.columns]:
         df[c] = _numbers(df[c], path, c, required=c in keys)
