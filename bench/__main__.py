@@ -231,6 +231,12 @@ def _status_parser(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     from bench.trainers.isolation import embedded_env
 
+    # A terminal or pipe whose encoding lacks Δ, →, ± (PYTHONIOENCODING=latin-1, a C locale) gets
+    # a replacement character, not a UnicodeEncodeError that would kill a sweep between two runs.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
     # Every process the driver starts finds our trainer (not installed into site-packages) from
     # any working directory; the user's SpecForge runs without it (isolated_env). Restored on
     # return: a caller of main() in-process keeps its own environment.

@@ -226,7 +226,7 @@ def test_the_gain_gate_fails_an_arm_that_b_no_longer_runs(tmp_path, capsys):
 def test_a_run_listed_twice_in_runs_csv_is_refused_in_one_line(tmp_path, capsys):
     """A repeated row would count a run twice: a narrower CI, perhaps a flipped gate."""
     a = sweep(tmp_path / "a", REF)
-    b = sweep(tmp_path / "b", REF)
+    sweep(tmp_path / "b", REF)
     runs = pd.read_csv(tmp_path / "b" / "runs.csv")
     pd.concat([runs, runs.iloc[[5]]]).to_csv(tmp_path / "b" / "runs.csv", index=False)
     rc = main(["compare", str(a), str(tmp_path / "b" / "runs.csv"), "--fail-if-slower", "5"])

@@ -53,7 +53,13 @@ def _pairs(items: list[str], what: str) -> dict:
             raise SweepError(f"{what}: expected key=value, got {item!r}")
         import yaml  # not at import time: `python -m bench` parses its flags without it
 
-        out[key] = yaml.safe_load(value) if value.strip() else value
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError as e:
+            why = str(getattr(e, "problem", None) or "not YAML")
+            raise SweepError(
+                f"{what}: {item!r}: the value is not YAML ({why}); quote it as a string"
+            ) from None
     return out
 
 
@@ -67,6 +73,14 @@ def sweep_doc(args) -> dict:
     if args.trainer:
         doc["trainer"] = args.trainer
     if args.python:
+        from bench.trainers.specforge_cli.facts import NAME as CLI
+
+        if args.trainer != CLI:  # our trainer runs in this Python: --python would be ignored
+            raise SweepError(
+                f"--python {args.python}: only --trainer {CLI} runs in another interpreter (your "
+                f"SpecForge environment's); {'--trainer ' + args.trainer if args.trainer else 'our trainer'} runs in "
+                "this one"
+            )
         doc["trainer_python"] = args.python
     doc["arms"] = [a.strip() for a in args.arms.split(",") if a.strip()]
     doc |= {"steps": args.steps, "warmup_steps": args.warmup_steps}
