@@ -62,7 +62,8 @@ def build_runs(root: Path) -> dict:
         wrapped(root, root / "probed", 5, probe),
         wrapped(root, root / "forked", 5, probe, root / "warm.sock"),
         wrapped(root, root / "frozen", 5, probe, None, "--gc-freeze"),
-        wrapped(root, root / "nudged", 5, {}, None, "--perturb-ulp"),
+        wrapped(root, root / "nudged", 5, {}, None, "--perturb-ulp", "param"),
+        wrapped(root, root / "nudged16", 5, {}, None, "--perturb-ulp", "bfloat16"),
     ]
     return {"codes": codes}
 
@@ -80,7 +81,7 @@ def losses(rdir: Path) -> list[float]:
 @pytest.mark.slow
 def test_the_probe_records_a_fresh_run_without_changing_what_it_computes(runs):
     root, codes = runs
-    assert codes == [0, 0, 0, 0, 0], (root / "probed" / "stdout.log").read_text()[-2000:]
+    assert codes == [0, 0, 0, 0, 0, 0], (root / "probed" / "stdout.log").read_text()[-2000:]
     assert losses(root / "probed") == losses(root / "plain")  # the same numbers, step by step
     doc = json.loads((root / "probed" / "probe.json").read_text())
     assert len(doc["step_t"]) >= 4 and doc["step_t"] == sorted(doc["step_t"])
@@ -143,10 +144,15 @@ def test_the_aa_eps_arm_moves_every_weight_by_one_ulp_inside_specforge(runs):
     moved = json.loads((root / "nudged" / "perturb.json").read_text())
     assert moved["before_step"] == 1 and moved["tensors"] > 0 and moved["elements"] > 1000
     how = json.loads((root / "nudged" / "specforge.json").read_text())
-    assert how["perturb_ulp"] == {"before_step": 1, "output": "perturb.json"}
+    assert how["perturb_ulp"] == {"before_step": 1, "ulp_of": "param", "output": "perturb.json"}
     plain, nudged = losses(root / "plain"), losses(root / "nudged")
     assert nudged[0] == plain[0] and nudged != plain
     assert max(abs(a - b) for a, b in zip(plain, nudged)) < 0.05
+    # one bfloat16 ulp (what a GPU run's forward computes in) moves the float32 weights further
+    wide = losses(root / "nudged16")
+    assert json.loads((root / "nudged16" / "perturb.json").read_text())["ulp_of"] == "bfloat16"
+    apart = lambda run: max(abs(a - b) for a, b in zip(plain, run))  # noqa: E731
+    assert wide[0] == plain[0] and apart(wide) > apart(nudged)
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """Hooks inside one SpecForge process: ``PYTHON instrument.py [--probe OUT FIRST COUNT]
-[--gc-freeze OUT] [--perturb-ulp OUT] -m MODULE ARGS...`` runs ``python -m MODULE ARGS``
+[--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] -m MODULE ARGS...`` runs ``python -m MODULE ARGS``
 (``runpy``, as a command line would) after hooking every optimizer's step. ``--gc-freeze``:
 GcFreeze below; ``--perturb-ulp``: PerturbUlp (the aa_eps arm). ``--probe``:
 what the process did while it trained, written to OUT (JSON) once optimizer step FIRST + COUNT
@@ -258,12 +258,14 @@ class GcFreeze:
 
 class PerturbUlp:
     """Before the first optimizer step's update, move every parameter the optimizer holds by one
-    unit in the last place (``torch.nextafter`` towards +inf, in its own dtype): the aa_eps arm,
-    whose divergence from the baseline measures how far training carries one rounding step.
-    OUT (JSON) says how many tensors and elements were moved."""
+    unit in the last place towards +inf: the aa_eps arm, whose divergence from the baseline
+    measures how far training carries one rounding step. The unit is that of ``ulp_dtype`` (the
+    dtype the forward computes in: SpecForge's FSDP casts its float32 weights to bfloat16 there, so
+    a float32 ulp would mostly round away), or of each parameter's own dtype ("param"). OUT (JSON)
+    says how many tensors and elements were moved, and in which unit."""
 
-    def __init__(self, out: str):
-        self.out, self.done = out, False
+    def __init__(self, out: str, ulp_dtype: str = "param"):
+        self.out, self.done, self.ulp_dtype = out, False, ulp_dtype
 
     def __call__(self, optimizer, _args, _kwargs) -> None:
         if self.done:
@@ -271,28 +273,37 @@ class PerturbUlp:
         import torch
 
         self.done = True
+        unit = None if self.ulp_dtype == "param" else getattr(torch, self.ulp_dtype)
         tensors = elements = 0
         with torch.no_grad():
             for group in optimizer.param_groups:
                 for p in group["params"]:
-                    p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
+                    if unit is None or unit == p.dtype:
+                        p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
+                    else:  # p + the spacing of ``unit`` at p's value, kept in p's own dtype
+                        q = p.to(unit)
+                        p.add_((torch.nextafter(q, torch.full_like(q, float("inf"))) - q).to(p.dtype))
                     tensors += 1
                     elements += p.numel()
         with open(self.out + ".tmp", "w") as f:
-            json.dump({"before_step": 1, "tensors": tensors, "elements": elements}, f)
+            doc = {"before_step": 1, "tensors": tensors, "elements": elements, "ulp_of": self.ulp_dtype}
+            json.dump(doc, f)
         os.replace(self.out + ".tmp", self.out)
 
 
 def install(probe: list | None = None, gc_freeze: str | None = None, perturb_ulp: str | None = None) -> None:
     """Hook every optimizer's step in this process (also a run forked by warmserver.py):
     ``probe`` = [OUT, FIRST, COUNT] (Probe), ``gc_freeze`` = OUT (GcFreeze), ``perturb_ulp`` =
-    OUT (PerturbUlp)."""
+    OUT[:DTYPE] (PerturbUlp)."""
     import gc
 
     import torch.optim.optimizer as opt
 
-    if perturb_ulp:
-        opt.register_optimizer_step_pre_hook(PerturbUlp(perturb_ulp))
+    if perturb_ulp:  # OUT, or OUT:DTYPE (the unit's dtype: bfloat16, float16, or param)
+        out, _, unit = (
+            str(perturb_ulp).rpartition(":") if ":" in str(perturb_ulp) else (perturb_ulp, "", "param")
+        )
+        opt.register_optimizer_step_pre_hook(PerturbUlp(out, unit or "param"))
 
     if probe:
         hook = Probe(str(probe[0]), int(probe[1]), int(probe[2]))
@@ -302,9 +313,7 @@ def install(probe: list | None = None, gc_freeze: str | None = None, perturb_ulp
         opt.register_optimizer_step_post_hook(GcFreeze(gc_freeze))
 
 
-USAGE = (
-    "usage: instrument.py [--probe OUT FIRST COUNT] [--gc-freeze OUT] [--perturb-ulp OUT] -m MODULE ARGS..."
-)
+USAGE = "usage: instrument.py [--probe OUT FIRST COUNT] [--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] -m MODULE ARGS..."
 
 
 def parse(argv: list[str]) -> tuple[dict, list[str]]:

@@ -180,7 +180,9 @@ class SpecForgeCliPlug:
         if cfg.trainer_gc_freeze:
             wrap += ["--gc-freeze"]
         if ARMS[run.arm].perturb:  # aa_eps: SpecForge has no key for it; instrument.py moves the weights
-            wrap += ["--perturb-ulp"]
+            # by one ulp of what the forward computes in: bfloat16 on a GPU (SpecForge's FSDP casts
+            # its float32 weights to it), the weights' own float32 on the CPU
+            wrap += ["--perturb-ulp", "bfloat16" if self.has_gpu() and not cfg.runs_on_cpu else "param"]
         if cell.prepared and cache_dir is not None:
             wrap += ["--features", str(cache_dir / "features"), "--samples", str(self.samples_needed(cell))]
             config = cache_dir / "run.yaml"

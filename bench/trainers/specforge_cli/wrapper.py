@@ -19,8 +19,8 @@ It runs in the driver's process group (a timeout's group kill reaches SpecForge 
    checkpoint before it exits: 14 s on the H200.)
 5. with ``--gc-freeze`` (the sweep's ``trainer_gc_freeze``), has instrument.py call gc.freeze() in
    SpecForge's process after its first optimizer step (``DIR/gc_freeze.json``); with
-   ``--perturb-ulp`` (the aa_eps arm), move every weight by one ulp before step 1's update
-   (``DIR/perturb.json``); with $BENCH_SPECFORGE_PROBE, its probe (below);
+   ``--perturb-ulp DTYPE`` (the aa_eps arm), move every weight by one ulp of DTYPE (``param``: its
+   own) before step 1's update (``DIR/perturb.json``); with $BENCH_SPECFORGE_PROBE, its probe (below);
 6. at the end removes what SpecForge wrote into its output directory and the links, ends any
    process of the run left behind (SpecForge's own workers), and records in ``DIR/specforge.json``
    how the run started and ended, how long the exit took and what was removed.
@@ -288,8 +288,8 @@ def instrument(args) -> tuple[dict, dict]:
         hooks["gc_freeze"] = str(args.run_dir / GC_FREEZE)
         how["gc_freeze"] = {"after_step": 1, "output": GC_FREEZE}
     if args.perturb_ulp:
-        hooks["perturb_ulp"] = str(args.run_dir / PERTURB)
-        how["perturb_ulp"] = {"before_step": 1, "output": PERTURB}
+        hooks["perturb_ulp"] = f"{args.run_dir / PERTURB}:{args.perturb_ulp}"
+        how["perturb_ulp"] = {"before_step": 1, "ulp_of": args.perturb_ulp, "output": PERTURB}
     return hooks, how
 
 
@@ -335,7 +335,9 @@ def parse(argv: list[str]):
     ap.add_argument("--warm", help="the warm server's socket: fork SpecForge from it")
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() in SpecForge after its first step")
     ap.add_argument(
-        "--perturb-ulp", action="store_true", help="every weight moved by one ulp before step 1's update"
+        "--perturb-ulp",
+        choices=("param", "bfloat16", "float16"),
+        help="every weight moved by one ulp (of this dtype, or its own) before step 1's update",
     )
     return ap.parse_args(argv[:cut]), argv[cut + 1 :]
 
