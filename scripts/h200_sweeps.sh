@@ -36,6 +36,8 @@
 #   sfverdict configs/h200-specforge-verdict.yaml: the SpecForge CLI's Liger verdict (fresh runs,
 #             18 steps, 3 warm-up, the shared bytecode cache; ±0.5 target, 5-pair pilot)
 #   sfgcfreeze configs/h200-specforge-verdict-gcfreeze.yaml: the same with gc.freeze() after step 1
+#   sfverdictlearn configs/h200-specforge-verdict-learn.yaml: the verdict on learnable data (14 steps)
+#   sfparity4b configs/h200-specforge-parity-4b.yaml: SpecForge CLI parity at the seed's shapes
 #   sfblocks  scripts/sf_blocks.py: one long SpecForge run whose host conditions (the VRAM poller,
 #             the main thread pinned) switch in 12-s blocks: their effect inside one process
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
@@ -60,7 +62,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-parity-4b h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -130,6 +132,10 @@ for spec in $stages; do
         run_stage h200-specforge-verdict python3 -m bench sweep configs/h200-specforge-verdict.yaml --out $W/h200-specforge-verdict --resume ;;
     sfgcfreeze) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-verdict-gcfreeze python3 -m bench sweep configs/h200-specforge-verdict-gcfreeze.yaml --out $W/h200-specforge-verdict-gcfreeze --resume ;;
+    sfverdictlearn) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-verdict-learn python3 -m bench sweep configs/h200-specforge-verdict-learn.yaml --out $W/h200-specforge-verdict-learn --resume ;;
+    sfparity4b) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-parity-4b python3 -m bench sweep configs/h200-specforge-parity-4b.yaml --out $W/h200-specforge-parity-4b --resume ;;
     sfblocks) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-blocks python3 scripts/sf_blocks.py configs/h200-specforge-blocks.yaml --out $W/h200-specforge-blocks ;;
     sffaults) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage sf-faults bash scripts/sf_faults.sh ;;
