@@ -171,3 +171,82 @@ def test_a_python_without_the_dependencies_gets_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "lacks yaml" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_users_runs_folder_without_a_sweep_is_not_taken_for_one(tmp_path, cfg, fakes, capsys):  # noqa: F811
+    """TensorBoard writes runs/ by default: without the sweep's sweep.json it is the user's, and
+    --force must not delete it (it said "already holds a sweep" and deleted it)."""
+    out = tmp_path / "mine"
+    (out / "runs" / "Dec02_10-00-00").mkdir(parents=True)
+    (out / "runs" / "Dec02_10-00-00" / "events.out.tfevents.1").write_bytes(b"\x00events")
+    before = snapshot(out)
+    for flags in ([], ["--force"]):
+        assert main(["sweep", str(cfg), "--out", str(out), *flags]) == 2
+        err = one_line_error(capsys)
+        assert "is not empty and holds no sweep (found runs)" in err
+        assert snapshot(out) == before
+
+
+def test_force_refuses_a_sweep_whose_runs_folder_holds_the_users_files(tmp_path, cfg, fakes, capsys):  # noqa: F811
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out)]) == 0
+    capsys.readouterr()
+    (out / "runs" / "my-notes").mkdir()
+    (out / "runs" / "my-notes" / "n.txt").write_text("mine")
+    before = snapshot(out)
+    assert main(["sweep", str(cfg), "--out", str(out), "--force"]) == 2
+    assert "runs holds what this suite did not write (runs/my-notes)" in one_line_error(capsys)
+    assert snapshot(out) == before
+
+
+def _ab(out, *flags):
+    return main(["ab", "-c", "configs/train/tiny-online.yaml", "--seq-len", "32", "--batch-size", "1",
+                 "--steps", "2", "--out", str(out), *flags])  # fmt: skip
+
+
+def test_bench_ab_never_overwrites_an_ab_yaml_it_did_not_write(tmp_path, fakes, capsys, monkeypatch):  # noqa: F811
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out = tmp_path / "o"
+    out.mkdir()
+    for content in (b"name: my own sweep\n", b"\x89PNG\r\n\x1a\n\x00\xff"):  # the user's YAML; a binary file
+        (out / "ab.yaml").write_bytes(content)
+        for flags in ([], ["--force"]):
+            assert _ab(out, *flags) == 2
+            assert "ab.yaml: not written by bench ab" in one_line_error(capsys)
+            assert (out / "ab.yaml").read_bytes() == content
+
+
+def test_a_refused_bench_ab_leaves_nothing_behind(tmp_path, fakes, capsys, monkeypatch):  # noqa: F811
+    """Refused inside the sweep (a key the driver owns), after ab.yaml was written: the file and
+    every directory the call created go again, and an earlier A/B's ab.yaml is put back."""
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out = tmp_path / "a" / "b" / "c"
+    assert _ab(out, "training.steps=5") == 2
+    assert "training.steps" in one_line_error(capsys)
+    assert not (tmp_path / "a").exists()
+    assert _ab(out) == 0
+    capsys.readouterr()
+    mine = (out / "ab.yaml").read_text()
+    assert _ab(out, "--force", "training.steps=5") == 2
+    one_line_error(capsys)
+    assert (out / "ab.yaml").read_text() == mine
+
+
+def test_bench_ab_writes_nothing_while_another_sweep_holds_the_directory(
+    tmp_path, fakes, capsys, monkeypatch
+):  # noqa: F811
+    import fcntl
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out = tmp_path / "o"
+    assert _ab(out) == 0
+    capsys.readouterr()
+    before = snapshot(out)
+    fd = os.open(out / ".sweep.lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a running sweep's lock
+    try:
+        assert _ab(out, "--force", "--steps", "3") == 2
+        assert "another sweep is running in this directory" in one_line_error(capsys)
+        assert snapshot(out) == before
+    finally:
+        os.close(fd)

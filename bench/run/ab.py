@@ -17,6 +17,7 @@ from bench.errors import SweepError
 from bench.fileio import writing
 
 AB_CONFIG = "ab.yaml"  # the generated sweep config, inside the sweep directory
+HEADER = "# Written by `python -m bench ab` (bench/run/ab.py)"  # how an ab.yaml of ours begins
 DEFAULTS = {"steps": 13, "warmup_steps": 1, "batch_size": 2, "seq_len": 2048}
 PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 6}
 _KEY = re.compile(r"^[A-Za-z_][\w.-]*$")
@@ -101,10 +102,12 @@ def sweep_doc(args) -> dict:
 
 
 def run_ab(args, argv: list[str] | None = None) -> int:
-    """Write ab.yaml into the sweep directory and run it; on bad input (SweepError) nothing is
-    left behind: the file, and the directory when this call created it, are removed again."""
+    """Write ab.yaml into the sweep directory and run it. An ab.yaml the suite did not write is
+    never overwritten, and nothing is written while another sweep holds the directory. When the
+    sweep refuses before it starts (SweepError), everything is as it was: ab.yaml restored (or
+    removed), and the directories this call created removed where empty."""
     from bench.run.sweep import run_sweep
-    from bench.run.sweepdir import check_out_path
+    from bench.run.sweepdir import check_out_path, sweep_running
 
     doc = sweep_doc(args)
     out = Path(args.out or f"results/{doc['name']}")
@@ -112,23 +115,66 @@ def run_ab(args, argv: list[str] | None = None) -> int:
     doc["out"] = str(out)
     import yaml
 
-    text = "# Written by `python -m bench ab` (bench/run/ab.py)\n" + yaml.safe_dump(doc, sort_keys=False)
+    text = HEADER + "\n" + yaml.safe_dump(doc, sort_keys=False)
     if args.dry_run:
         with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
             (Path(tmp) / AB_CONFIG).write_text(text)
             return run_sweep(Path(tmp) / AB_CONFIG, out=out, dry_run=True, argv=argv)
-    path, created = out / AB_CONFIG, not out.exists()
-    if path.exists() and path.read_text() != text and not args.force:
+    path = out / AB_CONFIG
+    before = _read(path)
+    if before is not None and not before.startswith(HEADER):
+        raise SweepError(
+            f"{path}: not written by bench ab (the suite never overwrites a file it did not write, --force "
+            "included); move it away or choose another --out"
+        )
+    if before is not None and before != text and not args.force:
         raise SweepError(f"{path}: an A/B with another config is there; pass --force or another --out")
-    fresh = not path.exists()
+    if sweep_running(out):  # before anything is written: a refused second command changes nothing
+        raise SweepError(f"{out}: another sweep is running in this directory")
+    created, stamp = _missing_ancestors(out), _mtime(out / "sweep.json")
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     try:
         return run_sweep(path, out=out, resume=args.resume, force=args.force, argv=argv)
     except SweepError:
-        if fresh and not (out / "sweep.json").exists():
-            path.unlink(missing_ok=True)
-            if created and not any(out.iterdir()):
-                out.rmdir()
+        if _mtime(out / "sweep.json") == stamp:  # the sweep never started: leave all as it was
+            _restore(path, before)
+            for d in created:  # the directories this call made, deepest first, where left empty
+                if d.is_dir() and not any(d.iterdir()):
+                    d.rmdir()
         raise
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _read(path: Path) -> str | None:
+    """The file's text (bytes that are not UTF-8 replaced: such a file is not ours), None if absent."""
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise SweepError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def _restore(path: Path, before: str | None) -> None:
+    """Put ab.yaml back as it was before this call (gone if it was not there)."""
+    if before is None:
+        path.unlink(missing_ok=True)
+    elif _read(path) != before:
+        path.write_text(before)
+
+
+def _missing_ancestors(out: Path) -> list[Path]:
+    """``out`` and its parents that do not exist yet, deepest first (what mkdir(parents=True) makes)."""
+    made, p = [], out.absolute()
+    while not p.exists() and p != p.parent:
+        made.append(p)
+        p = p.parent
+    return made

@@ -120,17 +120,24 @@ def check_out_dir(
     --force to suggest (``bench submit`` has none: it never deletes runs)."""
     check_out_path(out_dir)
     sweep_json = out_dir / "sweep.json"
-    if not sweep_json.exists() and not (out_dir / "runs").exists():
-        # no sweep here: only an empty directory (or one holding shared caches) may become one
+    if not sweep_json.exists():
+        # no sweep here (its sweep.json is the mark; a runs/ alone may be anyone's, e.g. TensorBoard's):
+        # only an empty directory (or one holding shared caches) may become one
         names = [p.name for p in out_dir.iterdir()] if out_dir.is_dir() else []
         # slurm/: bench submit's batch script; ab.yaml: the sweep config `bench ab` wrote (bench/run/ab.py)
-        theirs = sorted(set(names) - {"cache", ".sweep.lock", "slurm", "ab.yaml"})
+        theirs = sorted(set(names) - {"cache", LOCK, "slurm", "ab.yaml"})
         if theirs:
             raise SweepError(
                 f"{out_dir} is not empty and holds no sweep (found {_shown(theirs, 4)}); a sweep writes only into an empty "
                 "or new directory or its own sweep directory: choose another --out (make: OUT=DIR)"
             )
         return None
+    foreign = [n for n in not_ours(out_dir) if n.startswith("runs/")]
+    if force and foreign:  # a file of the user's beside the sweep stays; one among its runs would mix in
+        raise SweepError(
+            f"--force: {out_dir}/runs holds what this suite did not write ({_shown(foreign, 3)}); --force "
+            "deletes only a sweep's own runs and reports: move those away, or choose another --out (make: OUT=DIR)"
+        )
     if force:
         return None
     if not resume:
@@ -169,12 +176,61 @@ def take_lock(out_dir: Path) -> int:
     return fd
 
 
+def _top_names() -> set[str]:
+    """The names a sweep writes at the top of its directory: SWEEP_ENTRIES, the report's files,
+    bench submit's slurm/."""
+    return (
+        {e.rstrip("/") for e in SWEEP_ENTRIES if "/" not in e.rstrip("/")}
+        | set(AGGREGATE_OUTPUTS)
+        | {"slurm"}
+    )
+
+
+def is_suite_run(rdir: Path) -> bool:
+    """A directory under runs/ that a sweep wrote: it holds the run files the driver writes first."""
+    return rdir.is_dir() and any((rdir / n).exists() for n in ("cell.json", "launch.json", "run.json"))
+
+
+def not_ours(out_dir: Path) -> list[str]:
+    """What a sweep directory holds that no sweep wrote (by name at its top, by run files under
+    runs/): what --force must not delete."""
+    if not out_dir.is_dir():
+        return []
+    top = sorted(p.name for p in out_dir.iterdir() if p.name not in _top_names())
+    runs = out_dir / "runs"
+    inside = sorted(f"runs/{p.name}" for p in runs.iterdir() if not is_suite_run(p)) if runs.is_dir() else []
+    return top + inside
+
+
 def clear_results(out_dir: Path) -> None:
-    """--force: delete runs/, prime/ and the aggregation outputs; cache/ stays."""
-    shutil.rmtree(out_dir / "runs", ignore_errors=True)
+    """--force: delete the sweep's own runs (runs/<id> holding run files), prime/, sweep.json and
+    the aggregation outputs; cache/ stays. check_out_dir has refused a directory with anything
+    else in it; what appeared since stays too."""
+    runs = out_dir / "runs"
+    if runs.is_dir():
+        for rdir in runs.iterdir():
+            if is_suite_run(rdir):
+                shutil.rmtree(rdir, ignore_errors=True)
+        if not any(runs.iterdir()):
+            runs.rmdir()
     shutil.rmtree(out_dir / "prime", ignore_errors=True)
     for path in [out_dir / "sweep.json", *(out_dir / n for n in AGGREGATE_OUTPUTS)]:
         path.unlink(missing_ok=True)
+
+
+def sweep_running(out_dir: Path) -> bool:
+    """Whether a sweep holds the directory's lock now (a probe: the lock is released at once)."""
+    try:
+        fd = os.open(out_dir / LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def write_sweep_json(cfg, runs, out_dir, info, previous, argv, retried: list[dict] | None = None) -> None:
