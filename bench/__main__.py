@@ -69,10 +69,13 @@ def add_compare_parser(sub) -> None:
     )
 
 
+def prog_name() -> str:
+    """How the user started us, for ``usage:`` lines: ``bench`` (the console script) or ``python -m bench``."""
+    return "bench" if os.path.basename(sys.argv[0] or "") == "bench" else "python -m bench"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench", description="DFlash x Liger A/B benchmark sweeps."
-    )
+    parser = argparse.ArgumentParser(prog=prog_name(), description="DFlash x Liger A/B benchmark sweeps.")
     parser.add_argument("--version", action="version", version=distribution.version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -45,3 +45,13 @@ def test_a_terminal_that_cannot_print_delta_gets_the_report_not_a_traceback(tmp_
     assert r.returncode == 4, r.stderr[-2000:]  # exit 4: its Liger arm fails loss parity
     assert "Traceback" not in r.stderr and "liger vs baseline: +9.3%" in r.stdout
     assert "(|? loss| at the last step up to 0.287" in r.stdout  # Δ, replaced
+
+
+def test_usage_names_the_command_the_user_typed(tmp_path):
+    """`bench` (the console script) says `usage: bench`, `python -m bench` says that."""
+    bench = shutil.which("bench", path=os.path.dirname(sys.executable))
+    assert bench, "the console script is installed beside this interpreter (make install)"
+    r = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("usage: bench [-h]"), r.stdout[:200]
+    r = run_cli("bench", "--help", timeout=120)
+    assert r.stdout.startswith("usage: python -m bench [-h]"), r.stdout[:200]

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from bench.results.compare import COMPARE_COLUMNS, compare
+from tests.helpers import REPO
 
 
 def summary_csv(path: Path, rows: list[tuple], gpu: str, commit: str) -> Path:
@@ -342,3 +343,18 @@ def test_the_readme_names_every_column_of_compare_csv():
 
     text = paragraph("compare.csv")
     assert [c for c in COMPARE_COLUMNS if not documented(c, text)] == []
+
+
+@pytest.mark.parametrize("sweep", ["h200-options", "h200-specforge", "h200-specforge-verdict-learn"])
+def test_the_console_fits_100_columns_and_a_sweep_with_unrun_rows_compares(sweep, capsys):
+    """The console table was 276 columns wide; a committed runs.csv with a planned run that never
+    ran (its row names no profile) was refused ("no profile")."""
+    from bench.__main__ import main
+
+    runs = REPO / "results" / sweep / "runs.csv"
+    assert main(["compare", str(runs), str(runs)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    table = lines[next(i for i, ln in enumerate(lines) if ln.endswith("(samples/s)")) :]  # not the paths
+    assert max(len(line) for line in table) <= 100, max(table, key=len)
+    assert "Δ B vs A (95% CI)" in out and "parity A/B" in out

@@ -574,3 +574,23 @@ def test_status_of_a_sweep_without_slurm_reads_its_files_and_its_lock(tmp_path, 
     assert main(["status", str(pending)]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0].startswith("job:     12") and text[1].startswith("sweep:   not started yet in ")
+
+
+def test_status_refuses_a_damaged_order_and_reads_a_start_without_time_zone(tmp_path, capsys):
+    """A sweep.json whose order is a string (it counted its characters as runs) is one line and
+    exit 2; a launch.json start time without a zone is read as UTC and says so (it was a
+    TypeError traceback)."""
+    from bench.fileio import atomic_write_json
+
+    out = tmp_path / "out"
+    atomic_write_json(out / "sweep.json", {"name": "t", "order": "abcd"})
+    assert main(["status", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "'order' is not a list of run ids" in err and err.count("\n") == 1
+    atomic_write_json(out / "sweep.json", {"name": "t", "order": ["a"]})
+    atomic_write_json(
+        out / "runs" / "a" / "launch.json", {"hostname": "elsewhere", "start_time": "2026-01-01T00:00:00"}
+    )
+    assert main(["status", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "in flight: a (started 2026-01-01T00:00:00 (no time zone: read as UTC), " in text

@@ -97,6 +97,37 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
+CONSOLE_WIDTH = 100  # the console table's width; compare.md and compare.csv hold every column
+
+
+def _console_rows(df: pd.DataFrame) -> list[str]:
+    """The console's table: per workload a heading, then per arm samples/s A and B, the Δ with its
+    CI, the verdict, the change of the arm's gain and both sides' parity, within CONSOLE_WIDTH
+    columns (s/step, VRAM and each side's gain are in compare.md / compare.csv: --out DIR)."""
+    both = df[df["present"] == "both"]
+    if not len(both):
+        return ["(no workload is in both A and B)"]
+    full = _rows(df)
+    keys = [
+        c for c in ("trainer", "profile", "mode", "bs", "seq", "acc", "anchors", "gpus", "nodes") if c in full
+    ]
+    names = {"bs": "bs", "seq": "s", "acc": "acc", "anchors": "anchors", "gpus": "gpus", "nodes": "nodes"}
+    out: list[str] = []
+    for key, group in full.groupby(keys, sort=False, dropna=False):
+        parts = [f"{names[k]}{v}" if k in names else str(v) for k, v in zip(keys, key, strict=True)]
+        out.append(f"{' '.join(parts)} (samples/s)")
+        table = pd.DataFrame({
+            "arm": group["arm"].astype(str).str.ljust(int(group["arm"].astype(str).str.len().max())),
+            "A": group["samples/s A"], "B": group["samples/s B"],
+            "Δ B vs A (95% CI)": group["Δ% B vs A (95% CI)"],
+            "verdict": [str(v).split(":")[0] for v in group["B vs A"]],  # the word; the reason in the files
+            "gain B−A (points)": group["gain B − A (points)"],
+            "parity A/B": [f"{a}/{b}" for a, b in zip(group["parity A"], group["parity B"], strict=True)],
+        })  # fmt: skip
+        out += [f"  {ln}" for ln in table.to_string(index=False, justify="left").splitlines()]
+    return [*out, "(s/step, VRAM and each side's gain: compare.md and compare.csv, written with --out DIR)"]
+
+
 def _parity_word(verdict) -> str:
     """compare.csv's parity_a/parity_b in one word for the table: FAIL, pass or —."""
     return verdict.split(":")[0] if isinstance(verdict, str) and verdict else "—"
@@ -144,8 +175,7 @@ def as_text(df: pd.DataFrame, sides: dict, gate_result) -> list[str]:
             f"warning: A and B differ in {', '.join(_differing(sides))}: a Δ may come from them, not the code"
         )
     lines += ["", *_sources(sides), ""]
-    shown = _rows(df)
-    lines.append(shown.to_string(index=False) if len(shown) else "(no workload is in both A and B)")
+    lines += _console_rows(df)
     for heading, rows in _others(df):
         lines += ["", f"{heading}:", *(f"  {r}" for r in rows)]
     if gate_result:

@@ -42,7 +42,10 @@ def read_state(out_dir: Path) -> SweepState:
     doc = read_json(out_dir / "sweep.json")
     if not isinstance(doc, dict):
         raise SweepError(f"{out_dir}: no sweep.json; expected the output directory of a sweep")
-    order = [r for r in doc.get("order") or [] if isinstance(r, str)]
+    raw = doc.get("order") or []
+    if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
+        raise SweepError(f"{out_dir / 'sweep.json'}: 'order' is not a list of run ids; the file is damaged")
+    order = raw
     state = SweepState(out_dir, str(doc.get("name")), len(order), driver_pid=lock_holder(out_dir / LOCK))
     launched: list[tuple[str, str, dict]] = []
     for run_id in order:
@@ -115,5 +118,8 @@ def _ago(start: str | None) -> str:
         then = datetime.fromisoformat(str(start))
     except ValueError:
         return "at an unknown time"
+    zone = ""
+    if then.tzinfo is None:  # the suite writes an offset; a start time without one is read as UTC
+        then, zone = then.replace(tzinfo=timezone.utc), " (no time zone: read as UTC)"
     seconds = int((datetime.now(timezone.utc) - then).total_seconds())
-    return f"{start}, {seconds} s ago"
+    return f"{start}{zone}, {seconds} s ago"
