@@ -55,3 +55,29 @@ def test_usage_names_the_command_the_user_typed(tmp_path):
     assert r.returncode == 0 and r.stdout.startswith("usage: bench [-h]"), r.stdout[:200]
     r = run_cli("bench", "--help", timeout=120)
     assert r.stdout.startswith("usage: python -m bench [-h]"), r.stdout[:200]
+
+
+def test_bench_ab_of_a_config_with_a_non_ascii_file_name_runs(tmp_path):
+    """Its sweep name came from the file's stem and broke the name rule the user never wrote."""
+    config = tmp_path / "débit-é.yaml"
+    shutil.copyfile(REPO / TINY, config)
+    r = run_cli("bench", "ab", "-c", str(config), "--out", str(tmp_path / "o"), "--dry-run", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "ab-d-bit-" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["--steps", "1"],
+            "error: --warmup-steps: 1 leaves no steady-state steps; expected less than --steps (1)",
+        ),
+        (["--batch-size", "0"], "error: --batch-size: expected a value >= 1, got 0"),
+        (["--min-pairs", "1"], "error: --min-pairs: expected a value >= 3, got 1"),
+    ],
+)
+def test_bench_ab_errors_name_the_flag_typed_not_the_generated_file(args, says, tmp_path):
+    """They named a temporary ab.yaml and its sweep keys (cells[0].batch_size), which the user never wrote."""
+    r = run_cli("bench", "ab", "-c", TINY, "--out", str(tmp_path / "o"), "--dry-run", *args, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == says, r.stderr

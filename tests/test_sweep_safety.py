@@ -233,8 +233,11 @@ def test_a_refused_bench_ab_leaves_nothing_behind(tmp_path, fakes, capsys, monke
 
 
 def test_bench_ab_writes_nothing_while_another_sweep_holds_the_directory(
-    tmp_path, fakes, capsys, monkeypatch
-):  # noqa: F811
+    tmp_path,
+    fakes,  # noqa: F811
+    capsys,
+    monkeypatch,
+):
     import fcntl
 
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)

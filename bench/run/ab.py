@@ -69,7 +69,9 @@ def sweep_doc(args) -> dict:
     config = Path(args.config)
     if not config.is_file():
         raise SweepError(f"-c {args.config}: no such file; expected your training config")
-    name = re.sub(r"[^\w.-]", "-", f"ab-{config.stem}")
+    name = re.sub(
+        r"[^A-Za-z0-9._-]", "-", f"ab-{config.stem}"
+    )  # ASCII: the sweep name rule (a non-ASCII file name too)
     doc: dict = {"name": name, "hardware": args.hardware}
     if args.trainer:
         doc["trainer"] = args.trainer
@@ -119,7 +121,10 @@ def run_ab(args, argv: list[str] | None = None) -> int:
     if args.dry_run:
         with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
             (Path(tmp) / AB_CONFIG).write_text(text)
-            return run_sweep(Path(tmp) / AB_CONFIG, out=out, dry_run=True, argv=argv)
+            try:
+                return run_sweep(Path(tmp) / AB_CONFIG, out=out, dry_run=True, argv=argv)
+            except SweepError as e:
+                raise SweepError(in_user_words(str(e), Path(tmp) / AB_CONFIG)) from None
     path = out / AB_CONFIG
     before = _read(path)
     if before is not None and not before.startswith(HEADER):
@@ -137,13 +142,35 @@ def run_ab(args, argv: list[str] | None = None) -> int:
         path.write_text(text)
     try:
         return run_sweep(path, out=out, resume=args.resume, force=args.force, argv=argv)
-    except SweepError:
+    except SweepError as e:
         if _mtime(out / "sweep.json") == stamp:  # the sweep never started: leave all as it was
             _restore(path, before)
             for d in created:  # the directories this call made, deepest first, where left empty
                 if d.is_dir() and not any(d.iterdir()):
                     d.rmdir()
-        raise
+        raise SweepError(in_user_words(str(e), path)) from None
+
+
+# The sweep keys bench ab writes from a flag, as the flag (an error names what the user typed).
+FLAGS = {
+    "warmup_steps": "--warmup-steps", "steps": "--steps", "repeats": "--pairs", "arms": "--arms",
+    "hardware": "--hardware", "trainer": "--trainer", "trainer_python": "--python",
+    "cells[0].batch_size": "--batch-size", "cells[0].seq_len": "--seq-len",
+    "precision.ci_halfwidth_pct": "--ci-halfwidth-pct", "precision.min_pairs": "--min-pairs",
+    "precision.max_pairs": "--max-pairs",
+}  # fmt: skip
+
+
+def in_user_words(message: str, config: Path) -> str:
+    """A sweep error about the generated ab.yaml, in the words of the bench ab command line: no
+    path of a file the user never wrote, and each sweep key bench ab set from a flag named as
+    that flag (``cells[0].set.KEY`` as the ``KEY=value`` typed)."""
+    for prefix in (f"{config}: ", f"{config.name}: "):
+        message = message.removeprefix(prefix)
+    message = re.sub(r"\bcells\[0\]\.set\.([\w.-]+)", r"\1=", message)
+    for key in sorted(FLAGS, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w.\[-]){re.escape(key)}(?=[:\s(]|$)", FLAGS[key], message, count=1)
+    return message
 
 
 def _mtime(path: Path) -> int | None:
