@@ -59,11 +59,15 @@ AMDSMI_STEP = $(BIN)/pip install -q '$(AMDSMI_PYPI)' || echo "warning: could not
 endif
 else
 EXTRAS ?= dev,liger,nvidia
-TORCH_STEP = $(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q '$(TORCH_CPU)'
+TORCH_STEP = $(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q '$(TORCH_CPU)' $(LOGGED)
 LIGER_STEP =
 AMDSMI_STEP =
 endif
 STAMP = $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# pip's output (and the warnings a machine's pip configuration prints) goes to the install log,
+# shown only when the install fails.
+INSTALL_LOG = $(VENV)/install.log
+LOGGED = >>$(INSTALL_LOG) 2>&1 || { echo "install failed; the last lines of $(INSTALL_LOG):" >&2; tail -n 40 $(INSTALL_LOG) >&2; exit 1; }
 # Default: finish an unfinished sweep, never overwrite a finished one (use SWEEP_FLAGS=--force).
 SWEEP_FLAGS ?= --resume
 OUT ?=
@@ -82,9 +86,10 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv --system-site-packages $(VENV)
+	@echo "installing the suite into $(VENV) (pip's output: $(INSTALL_LOG)) ..."
 	@$(TORCH_STEP)
 	$(AMDSMI_STEP)
-	$(BIN)/pip install -q -e '.[train,$(EXTRAS)]'
+	@$(BIN)/pip install -q -e '.[train,$(EXTRAS)]' $(LOGGED)
 	$(LIGER_STEP)
 	@touch $@
 
@@ -96,18 +101,22 @@ light-install: $(LIGHT_STAMP)
 
 $(LIGHT_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv --system-site-packages $(VENV)
-	$(BIN)/pip install -q -e .
+	@echo "installing the suite's analysis side into $(VENV) (pip's output: $(INSTALL_LOG)) ..."
+	@$(BIN)/pip install -q -e . $(LOGGED)
 	@touch $@
 
 # Two workers (pytest-xdist, in the dev extra) when available: most tests wait on subprocesses.
 # worksteal: a worker that runs out of tests takes the other's (here 300 s -> 235 s on 2 cores).
 TEST_WORKERS ?= 2
+# -p no:benchmark: a pytest-benchmark of the system's Python, seen through --system-site-packages,
+# warns on every run under xdist; the tests use none of it.
+PYTEST = $(PYTHON) -m pytest -q -p no:benchmark
 test: $(INSTALL)
-	$(PYTHON) -m pytest -q $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
+	$(PYTEST) $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
 
 # The edit loop: everything but the end-to-end runs marked slow (pyproject.toml's markers).
 test-fast: $(INSTALL)
-	$(PYTHON) -m pytest -q -m "not slow" $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
+	$(PYTEST) -m "not slow" $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -48,11 +48,24 @@ def venv(tmp_path):
     return str(tmp_path / "venv")
 
 
+def logged(v: str) -> str:
+    """What follows a pip command: its output to the install log, shown only on failure."""
+    return (
+        f" >>{v}/install.log 2>&1 || {{ echo \"install failed; the last lines of {v}/install.log:\" >&2; "
+        f"tail -n 40 {v}/install.log >&2; exit 1; }}"
+    )
+
+
+def announce(v: str, side: str = "the suite") -> str:
+    return f"echo \"installing {side} into {v} (pip's output: {v}/install.log) ...\""
+
+
 def nvidia_install(v: str) -> list[str]:
     return [
         f"test -x {v}/bin/python || python3 -m venv --system-site-packages {v}",
-        f"{v}/bin/python -c \"import torch\" 2>/dev/null || {v}/bin/pip install -q 'torch==2.13.0'",
-        f"{v}/bin/pip install -q -e '.[train,dev,liger,nvidia]'",
+        announce(v),
+        f"{v}/bin/python -c \"import torch\" 2>/dev/null || {v}/bin/pip install -q 'torch==2.13.0'" + logged(v),
+        f"{v}/bin/pip install -q -e '.[train,dev,liger,nvidia]'" + logged(v),
         f"touch {v}/.installed-dev-liger-nvidia",
     ]
 
@@ -60,10 +73,11 @@ def nvidia_install(v: str) -> list[str]:
 def rocm_install(v: str, amdsmi_step: str) -> list[str]:
     return [
         f"test -x {v}/bin/python || python3 -m venv --system-site-packages {v}",
+        announce(v),
         f'{v}/bin/python -c "import torch" 2>/dev/null || {{ echo "no torch in {v}: install a ROCm build of '
         'torch first (docs/rocm.md), or run with INSTALL= PYTHON=python3" >&2; exit 1; }',
         amdsmi_step,
-        f"{v}/bin/pip install -q -e '.[train,dev,rocm]'",
+        f"{v}/bin/pip install -q -e '.[train,dev,rocm]'" + logged(v),
         f"{v}/bin/pip install -q --no-deps 'liger-kernel>=0.6.0'",
         f"touch {v}/.installed-dev-rocm",
     ]
@@ -95,7 +109,7 @@ def test_bench_cpu_and_test_install_then_run(venv):
         ("bench-cpu", f"{venv}/bin/python -m bench sweep configs/cpu.yaml --resume"),
         (
             "test",
-            f"{venv}/bin/python -m pytest -q $({venv}/bin/python -c 'import xdist' 2>/dev/null && echo \"-n 2 --dist worksteal\") tests",
+            f"{venv}/bin/python -m pytest -q -p no:benchmark $({venv}/bin/python -c 'import xdist' 2>/dev/null && echo \"-n 2 --dist worksteal\") tests",
         ),
         (
             "bench",
@@ -147,7 +161,8 @@ def test_compare_installs_only_the_light_side(venv):
     lines = make("compare", "A=x/summary.csv", "B=y/summary.csv", f"VENV={venv}", "GPU_STACK=nvidia")
     assert lines == [
         f"test -x {venv}/bin/python || python3 -m venv --system-site-packages {venv}",
-        f"{venv}/bin/pip install -q -e .",
+        announce(venv, "the suite's analysis side"),
+        f"{venv}/bin/pip install -q -e ." + logged(venv),
         f"touch {venv}/.installed-light",
         COMPARE_USAGE,
         f'{venv}/bin/python -m bench compare "$A" "$B"',
@@ -214,7 +229,7 @@ def test_no_install_runs_only_the_command(target):
     lines = make(target, "INSTALL=", "PYTHON=python3")
     expected = {
         "bench": "config=$(python3 -m bench detect) && python3 -m bench sweep $config --resume",
-        "test": """python3 -m pytest -q $(python3 -c 'import xdist' 2>/dev/null && echo "-n 2 --dist worksteal") tests""",
+        "test": """python3 -m pytest -q -p no:benchmark $(python3 -c 'import xdist' 2>/dev/null && echo "-n 2 --dist worksteal") tests""",
     }.get(target) or f"python3 -m bench sweep {SWEEPS[target]} --resume"
     assert lines == [expected]
 
@@ -278,13 +293,13 @@ def test_gpu_stack_detection(tmp_path, venv, rocm, hip, cuda, rocm_tree, extras)
     py = fake_python_with_torch(tmp_path, hip, cuda)
     root = rocm if rocm_tree else tmp_path / "no-rocm"
     assert install_line(make("install", f"VENV={venv}", f"PY={py}", f"ROCM_PATH={root}")) == (
-        f"{venv}/bin/pip install -q -e '.[train,{extras}]'"
+        f"{venv}/bin/pip install -q -e '.[train,{extras}]'" + logged(venv)
     )
 
 
 def test_gpu_stack_override(venv, tmp_path):
     lines = make("install", f"VENV={venv}", "GPU_STACK=rocm", f"ROCM_PATH={tmp_path}/none")
-    assert install_line(lines) == f"{venv}/bin/pip install -q -e '.[train,dev,rocm]'"
+    assert install_line(lines) == f"{venv}/bin/pip install -q -e '.[train,dev,rocm]'" + logged(venv)
 
 
 # -- ROCm: which amdsmi, liger-kernel without triton -----------------------------------------
@@ -292,8 +307,8 @@ def test_gpu_stack_override(venv, tmp_path):
 
 def amdsmi_line(lines: list[str]) -> str:
     """The amdsmi step: after the venv and torch steps, before the project's install."""
-    assert " install -q -e " in lines[3], lines
-    return lines[2]
+    assert " install -q -e " in lines[4], lines  # after the venv, the announcement and torch
+    return lines[3]
 
 
 def test_rocm_amdsmi_from_rocm_package(venv, rocm):

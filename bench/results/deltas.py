@@ -173,8 +173,8 @@ def aa_verdict(sps: stats.Delta, min_pairs: int, target_pct: float, speed: str) 
         return "A/A check FAILED: CI excludes 0 (a false positive: the suite's noise is underestimated)"
     if sps.halfwidth > target_pct:
         return (
-            f"A/A check not passed: CI ±{sps.halfwidth:.2f} points wider than the ±{target_pct:g} target: "
-            "inconclusive"
+            f"A/A check not passed: this machine is too noisy to resolve ±{target_pct:g} here "
+            f"(CI ±{sps.halfwidth:.2f} points, contains 0; more pairs or a quieter machine would)"
         )
     return f"A/A check passed: CI contains 0 (±{sps.halfwidth:.2f} points)"
 

@@ -89,6 +89,9 @@ def energy_coverage(runs: pd.DataFrame, cell_id: Any) -> str:
     return f" ({', '.join(names) or 'no source'}, {len(have)} of {len(ok)} runs{tail})"
 
 
+NOISY = "A/A check not passed: this machine is too noisy"  # deltas.aa_verdict's wide-CI case
+
+
 def delta_line(r: Any, energy_note: str = "") -> str:
     """``liger vs baseline: +16.2% [+15.3, +17.2] throughput (6 pairs), -5.21 GiB [...] (-18.0%) peak
     VRAM, loss parity pass (6/6)``; the verdict in words when there is no Δ. A precision target the
@@ -100,7 +103,9 @@ def delta_line(r: Any, energy_note: str = "") -> str:
     if not speed:
         return f"{r.arm} vs baseline: {verdict}"
     pairs = f"{fmt.integer(r.n_pairs)} pairs"
-    if not verdict.startswith(("faster", "slower", "within")):
+    if verdict.startswith(NOISY):  # the reason, which is the message: this machine, not the suite
+        pairs += f"; A/A: {verdict.removeprefix('A/A check not passed: ').split(' (')[0]}"
+    elif not verdict.startswith(("faster", "slower", "within")):
         pairs += f"; {verdict.split(':')[0]}"
     pairs += _precision(r)
     parity = r.loss_parity if isinstance(r.loss_parity, str) else "n/a"

@@ -164,12 +164,22 @@ def _locked(
         os.close(lock)
 
 
+# What a CPU sweep is for, said before its first run (the verdicts at its end are about this machine).
+CPU_NOTE = (
+    "a CPU sweep: real DFlash training of the tiny profile through the whole pipeline (cache, paired "
+    "runs, CIs, report); a shared CPU's step times drift by tens of percent, so its CIs are wide and the "
+    "A/A row says how wide; Liger's kernels need a GPU (its rows are skipped). Not a benchmark of anything."
+)
+
+
 def execute_sweep(
     cfg: SweepConfig, pilot: list[Run], out_dir: Path, info: dict, engine: Engine = LOCAL
 ) -> int:
     """Run the pilot's unfinished runs, then the pairs the precision rule adds; report."""
     runs = pilot
     todo = [r for r in pilot if not is_finished(run_dir(out_dir, r))]
+    if cfg.runs_on_cpu and todo:
+        print(CPU_NOTE, flush=True)
     if len(todo) < len(pilot):
         failed = len(failed_rounds(out_dir))
         retry = f" ({failed} round(s) hold a run that failed: --retry-failed re-runs them)" if failed else ""
