@@ -25,7 +25,7 @@ try:
 except ImportError as _e:  # e.g. PyYAML missing: one line, not a traceback
     print(
         f"error: this Python ({sys.executable}) lacks {getattr(_e, 'name', None) or _e}: run `make install`, "
-        "or point PYTHON= at an environment that has the dependencies",
+        "or run an interpreter that has the dependencies (with make: PYTHON=/path/to/python)",
         file=sys.stderr,
     )
     sys.exit(2)

@@ -89,7 +89,7 @@ def check_imports(missing: list[str]) -> None:
         fix = "run `make install` (the venv)" if driver else f"{TRAIN_EXTRA} (training needs that extra)"
         raise SweepError(
             f"this Python ({sys.executable}) lacks {', '.join(missing)}: {fix}, or "
-            "point PYTHON= at an environment that has them"
+            "run an interpreter that has them (with make: PYTHON=/path/to/python)"
         )
 
 
