@@ -51,20 +51,21 @@ def venv(tmp_path):
 def logged(v: str) -> str:
     """What follows a pip command: its output to the install log, shown only on failure."""
     return (
-        f" >>{v}/install.log 2>&1 || {{ echo \"install failed; the last lines of {v}/install.log:\" >&2; "
+        f' >>{v}/install.log 2>&1 || {{ echo "install failed; the last lines of {v}/install.log:" >&2; '
         f"tail -n 40 {v}/install.log >&2; exit 1; }}"
     )
 
 
 def announce(v: str, side: str = "the suite") -> str:
-    return f"echo \"installing {side} into {v} (pip's output: {v}/install.log) ...\""
+    return f'echo "installing {side} into {v} (pip\'s output: {v}/install.log) ..."'
 
 
 def nvidia_install(v: str) -> list[str]:
     return [
         f"test -x {v}/bin/python || python3 -m venv --system-site-packages {v}",
         announce(v),
-        f"{v}/bin/python -c \"import torch\" 2>/dev/null || {v}/bin/pip install -q 'torch==2.13.0'" + logged(v),
+        f"{v}/bin/python -c \"import torch\" 2>/dev/null || {v}/bin/pip install -q 'torch==2.13.0'"
+        + logged(v),
         f"{v}/bin/pip install -q -e '.[train,dev,liger,nvidia]'" + logged(v),
         f"touch {v}/.installed-dev-liger-nvidia",
     ]

@@ -108,7 +108,9 @@ def test_resume_of_a_killed_adaptive_sweep_reaches_the_same_decision(tmp_path):
     if aa.delta_samples_per_s_halfwidth_pct <= PRECISION["ci_halfwidth_pct"]:
         assert aa.verdict_speed.startswith("A/A check passed: CI contains 0")
     else:
-        assert aa.verdict_speed.endswith("wider than the ±1 target: inconclusive"), aa.verdict_speed
+        assert aa.verdict_speed.startswith("A/A check not passed: this machine is too noisy to resolve ±1"), (
+            aa.verdict_speed
+        )
     assert (
         aa.ci_method == "Stein two-stage (pilot of 3 pairs)"
         and aa.n_pairs == a["precision"][aa.cell_id]["decision"]["pairs"]

@@ -26,6 +26,10 @@ from bench.config.kinds import (
 )
 from bench.config.typed import key
 
+# Unit roundoff of the dtypes a forward computes in (training parity's last-resort gradient-norm term).
+UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24}
+COMPUTE_DTYPES = tuple(UNIT_ROUNDOFF)
+
 ORDERS = ("interleaved", "shuffled")
 FOREIGN = ("warn", "refuse")  # what a run does when another process holds memory on the cards
 MODES = ("offline", "online")
@@ -79,7 +83,17 @@ class ParityKeys:
         1e-3, ge=0, doc="|Δ loss| allowed on top of the floor (a deterministic floor is 0)"
     )
     accuracy_atol: float = key(5e-3, ge=0, doc="|Δ accuracy| allowed on top of the floor")
-    grad_norm_rtol: float = key(1e-3, ge=0, doc="|Δ grad norm| allowed on top, relative to the baseline's")
+    grad_norm_rtol: float | None = key(
+        None,
+        ge=0,
+        doc="|Δ grad norm| allowed on top, relative to the baseline's; null: one rounding step of "
+        "compute_dtype (bfloat16 2^-8, float16 2^-11), at least 1e-3",
+    )
+    compute_dtype: str | None = key(
+        None,
+        choices=COMPUTE_DTYPES,
+        doc="the dtype the forward computes in, for grad_norm_rtol; null: bfloat16 on a GPU, float32 on the CPU",
+    )
     min_loss_drop_pct: float = key(
         30.0, ge=0, doc="no verdict unless the baseline's loss falls this much from its first step (%)"
     )

@@ -41,7 +41,8 @@ def parity_section(table: pd.DataFrame, records: list[RunRecord], sweep: dict) -
         f"Each arm trained with the baseline's seed, data order and schedule; `{AA}` is the baseline "
         f"again. Rule: in every window of steps, the RMS of the arm's |Δ| from the baseline stays within "
         f"{p['margin']:g} × the A/A run's RMS |Δ| plus {p['loss_atol']:g} (loss), {p['accuracy_atol']:g} "
-        f"(accuracy), {p['grad_norm_rtol']:g} × the baseline's value (gradient norm); docs/method.md.",
+        f"(accuracy), {p['grad_norm_rtol']:.3g} × the baseline's value (gradient norm: one rounding step of "
+        f"{p['compute_dtype']}, the dtype the forward computes in, at least 0.001); docs/method.md.",
         "",
     ]
     if any(AA_EPS in runs for runs in series(records).values()):

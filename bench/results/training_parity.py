@@ -39,7 +39,7 @@ import pandas as pd
 
 import bench.config.typed as typed
 from bench.arms import AA, AA_EPS, BASELINE, FLOOR_ARMS
-from bench.config.schema import ParityKeys
+from bench.config.schema import UNIT_ROUNDOFF, ParityKeys
 from bench.results.records import RunRecord
 
 METRICS = ("loss", "accuracy", "grad_norm")
@@ -51,12 +51,35 @@ TRAINING_PARITY_COLUMNS = [
 ]  # fmt: skip
 
 
+GRAD_NORM_RTOL_MIN = 1e-3  # the last-resort term's lower bound (float32's roundoff is far below it)
+
+
 def settings(sweep: dict) -> dict[str, Any] | None:
-    """The sweep's parity section with its defaults filled in, or None (not a parity sweep)."""
-    raw = (sweep.get("config") or {}).get("parity")
+    """The sweep's parity section with its defaults filled in, or None (not a parity sweep). A null
+    ``grad_norm_rtol`` is one rounding step of the dtype the forward computes in (``compute_dtype``,
+    else bfloat16 on a GPU sweep and float32 on a CPU one), at least GRAD_NORM_RTOL_MIN: a fixed
+    1e-3 is finer than bfloat16's 2^-8, so a kernel that only sums in another order could fail it
+    where the floor is 0 (a deterministic machine, no aa_eps run)."""
+    config = sweep.get("config") or {}
+    raw = config.get("parity")
     if not isinstance(raw, dict):
         return None
-    return {**typed.defaults(ParityKeys), **raw}
+    p = {**typed.defaults(ParityKeys), **raw}
+    if p.get("compute_dtype") is None:
+        hardware = config.get("hardware") or []
+        p["compute_dtype"] = (
+            "float32" if "cpu" in (hardware if isinstance(hardware, list) else [hardware]) else "bfloat16"
+        )
+    p["grad_norm_rtol"] = grad_norm_rtol(p)
+    return p
+
+
+def grad_norm_rtol(p: dict) -> float:
+    """The gradient norm's relative last-resort term: the key's value, else one rounding step of
+    ``compute_dtype`` (bfloat16 when unknown), at least GRAD_NORM_RTOL_MIN."""
+    if p.get("grad_norm_rtol") is not None:
+        return float(p["grad_norm_rtol"])
+    return max(GRAD_NORM_RTOL_MIN, UNIT_ROUNDOFF[p.get("compute_dtype") or "bfloat16"])
 
 
 def window_of(steps: int, given: int | None) -> int:
@@ -109,7 +132,7 @@ def rms(values: pd.Series) -> float:
 
 def allowed(floor: pd.Series, base: pd.Series, metric: str, p: dict) -> float:
     """What a window's RMS divergence may reach: margin x the floor's RMS, plus the absolute term."""
-    extra = p["grad_norm_rtol"] * float(base.abs().mean()) if metric == "grad_norm" else p[f"{metric}_atol"]
+    extra = grad_norm_rtol(p) * float(base.abs().mean()) if metric == "grad_norm" else p[f"{metric}_atol"]
     return p["margin"] * rms(floor) + extra
 
 
@@ -152,14 +175,14 @@ def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: di
         broken = first_non_finite(runs, who, metric)
         if broken is not None:
             row = {"arm": arm, "metric": metric, "margin": p["margin"], "steps_compared": 0}
-            row["tolerance"] = p["grad_norm_rtol"] if metric == "grad_norm" else p[f"{metric}_atol"]
+            row["tolerance"] = grad_norm_rtol(p) if metric == "grad_norm" else p[f"{metric}_atol"]
             row["rounds"] = len(set(runs.get(arm, {})) & set(runs.get(BASELINE, {})))
             whose = "the arm's" if who == arm else "the baseline's"
             return {**row, "verdict": f"not equivalent: step {broken[0]}: {whose} {metric} is {broken[1]}"}
     d, floor, base = divergence(runs, arm, metric), floor_of(runs, metric), baseline_mean(runs, metric)
     common = sorted(set(d.index) & set(floor.index) & set(base.index))
     row: dict[str, Any] = {"arm": arm, "metric": metric, "steps_compared": len(common), "margin": p["margin"]}
-    row["tolerance"] = p["grad_norm_rtol"] if metric == "grad_norm" else p[f"{metric}_atol"]
+    row["tolerance"] = grad_norm_rtol(p) if metric == "grad_norm" else p[f"{metric}_atol"]
     row["rounds"] = len(set(runs.get(arm, {})) & set(runs.get(BASELINE, {})))
     if d.empty:
         return {**row, "verdict": "no verdict: no run of the arm paired with a baseline run"}
