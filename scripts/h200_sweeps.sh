@@ -37,6 +37,8 @@
 #             18 steps, 3 warm-up, the shared bytecode cache; ±0.5 target, 5-pair pilot)
 #   sfgcfreeze configs/h200-specforge-verdict-gcfreeze.yaml: the same with gc.freeze() after step 1
 #   sfverdictlearn configs/h200-specforge-verdict-learn.yaml: the verdict on learnable data (14 steps)
+#   sfquiet   configs/h200-specforge-verdict-quiet.yaml: the learnable verdict with the poller at 0.5 s
+#             (run with SMI=0 so that nothing else reads the card)
 #   sfparity4b configs/h200-specforge-parity-4b.yaml: SpecForge CLI parity at the seed's shapes
 #   sfblocks  scripts/sf_blocks.py: one long SpecForge run whose host conditions (the VRAM poller,
 #             the main thread pinned) switch in 12-s blocks: their effect inside one process
@@ -62,7 +64,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-parity-4b h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-parity-4b h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -70,9 +72,12 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,clocks.
 python3 --version | tee -a $OUT/gpu.csv
 # The card's clock, power, temperature and clock-event reasons every 250 ms for the whole call
 # (read only), to set beside each run's window: $OUT/smi.csv
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active \
-  --format=csv,noheader,nounits -lms 250 >$OUT/smi.csv 2>/dev/null &
-SMI=$!
+# SMI=0: no sampler (nothing but the sweep's own poller reads the card: the sfquiet stage's A/B).
+if [ "${SMI:-1}" != 0 ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active \
+    --format=csv,noheader,nounits -lms 250 >$OUT/smi.csv 2>/dev/null &
+  SMI_PID=$!
+fi
 cap=0  # the current stage's own cap in seconds (STAGE:N), 0 = none
 run_stage() {  # name command...
   local name=$1 t; shift; t=$(left)
@@ -134,6 +139,8 @@ for spec in $stages; do
         run_stage h200-specforge-verdict-gcfreeze python3 -m bench sweep configs/h200-specforge-verdict-gcfreeze.yaml --out $W/h200-specforge-verdict-gcfreeze --resume ;;
     sfverdictlearn) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-verdict-learn python3 -m bench sweep configs/h200-specforge-verdict-learn.yaml --out $W/h200-specforge-verdict-learn --resume ;;
+    sfquiet) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-verdict-quiet python3 -m bench sweep configs/h200-specforge-verdict-quiet.yaml --out $W/h200-specforge-verdict-quiet --resume ;;
     sfparity4b) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-parity-4b python3 -m bench sweep configs/h200-specforge-parity-4b.yaml --out $W/h200-specforge-parity-4b --resume ;;
     sfblocks) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
@@ -145,6 +152,6 @@ for spec in $stages; do
     *) echo "unknown stage $stage" ;;
   esac
 done
-kill $SMI 2>/dev/null
+[ -n "${SMI_PID:-}" ] && kill $SMI_PID 2>/dev/null
 tar -czf $OUT/state.tgz -C $W --exclude=cache --exclude=.sweep.lock $DIRS
 ls -la $OUT
