@@ -1,7 +1,7 @@
-"""The README's lists of CSV columns and verdicts are the code's: a column added to (or renamed
-in) bench/results/columns.py, or a verdict the code can write, that the README does not name
-fails here (issue: the documented lists had drifted). So is the sweep directory's layout in the
-README and docs/run-contract.md: the files the report writes (columns.py's REPORT_FILES and
+"""The reference's lists of CSV columns and verdicts are the code's (docs/reference.md, which the
+README links for them): a column added to (or renamed in) bench/results/columns.py, or a verdict
+the code can write, that the reference does not name fails here (issue: the documented lists had
+drifted). So is the sweep directory's layout in docs/reference.md and docs/run-contract.md: the files the report writes (columns.py's REPORT_FILES and
 OPTIONAL_REPORT_FILES) and the sweep's own (bench/run/sweepdir.py's SWEEP_ENTRIES)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from bench.results.columns import (
 from bench.run.sweepdir import AGGREGATE_OUTPUTS, SWEEP_ENTRIES
 from tests.helpers import REPO
 
-README = (REPO / "README.md").read_text()
+README = (REPO / "docs" / "reference.md").read_text()  # the README's reference part
 
 
 def paragraph(title: str) -> str:
@@ -84,7 +84,7 @@ def layouts() -> dict[str, str]:
     readme = README[README.index("`results/<sweep>/`:") :]
     contract = CONTRACT[CONTRACT.index("## Sweep directory") :]
     return {
-        "README.md": readme[: readme.index("\n\n")],
+        "docs/reference.md": readme[: readme.index("\n\n")],
         "docs/run-contract.md": contract[: contract.index("\n\n", contract.index("<out>/"))],
     }
 
@@ -96,7 +96,7 @@ def named(entry: str, text: str) -> bool:
     return re.search(rf"(?<![\w./<>-]){re.escape(entry)}(?![\w])", text) is not None
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/run-contract.md"])
+@pytest.mark.parametrize("doc", ["docs/reference.md", "docs/run-contract.md"])
 def test_the_documented_layout_is_what_a_sweep_writes(doc):
     """Every file and directory a sweep or its report writes at the top of its directory is in
     the documented layout, and every top-level file named there is one the code writes."""

@@ -249,7 +249,7 @@ def run_compare(
     fmt_name: str = "text",
 ) -> int:
     """`bench compare`: the table, the files, the gates' lines; the exit status: 0, or
-    gate.EXIT_FAILED when a gate failed (README). Bad input: ValueError (one line), checked
+    gate.EXIT_FAILED when a gate failed (docs/reference.md). Bad input: ValueError (one line), checked
     before anything is written, except a gate's finding that no row could be judged."""
     pct = None if fail_if_slower is None else gate.parse_threshold(fail_if_slower)
     points = (

@@ -1,6 +1,6 @@
 """The gates of `bench compare A B`: ``--fail-if-slower PCT`` judges each row's samples/s on its
 95% CI of B vs A; ``--fail-if-gain-drops POINTS`` judges each arm's gain over its baseline (B's
-paired Δ minus A's, bench/results/gain.py) on the CI of that difference (README, "The
+paired Δ minus A's, bench/results/gain.py) on the CI of that difference (docs/reference.md, "The
 regression gate").
 
 A row fails when the whole CI lies below the threshold (or, for speed, when B has no ok run of a

@@ -4,7 +4,7 @@ failed (summary.csv's ``loss_parity``: "FAIL in k of n pairs ...", bench/results
 metric of its training parity is not equivalent to the baseline against the A/A floor
 (training_parity.csv's ``verdict``, bench/results/training_parity.py). A faster arm that
 computes something else is no gain: ``bench report`` and ``bench sweep`` exit PARITY_EXIT, the
-PR Summary says so first, and ``bench compare`` fails its gates on such a row (README, "Exit
+PR Summary says so first, and ``bench compare`` fails its gates on such a row (docs/reference.md, "Exit
 status")."""
 
 from __future__ import annotations

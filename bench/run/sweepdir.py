@@ -22,7 +22,7 @@ from bench.trainers.outcome import TERMINAL
 
 AGGREGATE_OUTPUTS = (*REPORT_FILES, *OPTIONAL_REPORT_FILES)  # what `bench report` writes
 LOCK = ".sweep.lock"  # held (flock) while a sweep writes; a second sweep of the directory is refused
-# Everything else a sweep writes at the top of its directory (docs/run-contract.md, README.md):
+# Everything else a sweep writes at the top of its directory (docs/run-contract.md, docs/reference.md):
 # sweep.json, the lock, the runs, the discarded priming runs, and the caches (offline caches with
 # their preparation's log and launch record; the shared compile caches).
 SWEEP_ENTRIES = ("sweep.json", LOCK, "runs/", "prime/", "cache/", "cache/compile/", "ab.yaml")
