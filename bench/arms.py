@@ -45,6 +45,12 @@ class Arm:
         return bool(self.kernels)
 
     @property
+    def liger_switch_only(self) -> bool:
+        """Whether one Liger switch expresses the arm: Liger off, or on with its default two
+        kernels, and nothing else changed (a trainer with only such a switch can run it)."""
+        return not self.changes and self.kernels in (frozenset(), LIGER_DEFAULT)
+
+    @property
     def changes(self) -> tuple[str, ...]:
         """What it changes besides the kernels: compile, attention, optimizer (in that order)."""
         return tuple(

@@ -16,6 +16,10 @@ import re
 from pathlib import Path
 
 DIST = "dflash-liger-bench"
+# Our trainer: its plug's name (a cell.json without "trainer", recorded before a sweep could name
+# another plug, reads as it) and the module its runs start (python -m specforge).
+DEFAULT_TRAINER = "embedded"
+OUR_TRAINER_MODULE = "specforge"
 # The folder holding bench/ and specforge/. When the suite is installed rather than run from a
 # checkout, this is the site-packages folder holding bench/: then there is no trainer of ours
 # (and a specforge/ beside bench/ is the user's), which IS_CHECKOUT tells apart.

@@ -582,7 +582,7 @@ def test_kill_tree_ends_a_grandchild_that_left_the_session(tmp_path):
     assert launcher.kill_tree(parent.pid) == 2
     assert parent.wait(timeout=10) == -signal.SIGKILL
     deadline = time.monotonic() + 10
-    while (st := launcher._stat(child)) is not None and st[0] != "Z":  # reaped by init, or a zombie
+    while (st := launcher.proc_stat(child)) is not None and st[0] != "Z":  # reaped by init, or a zombie
         assert time.monotonic() < deadline, st
         time.sleep(0.05)
 
@@ -609,6 +609,6 @@ def test_a_timeout_also_ends_a_rank_that_left_the_group_when_its_parent_ignores_
     assert timed_out and rc == -signal.SIGKILL
     rank = int(pidfile.read_text())
     deadline = time.monotonic() + 10
-    while (st := launcher._stat(rank)) is not None and st[0] != "Z":
+    while (st := launcher.proc_stat(rank)) is not None and st[0] != "Z":
         assert time.monotonic() < deadline, f"the rank {rank} outlived its run: {st}"
         time.sleep(0.05)

@@ -65,7 +65,7 @@ def test_timeout_kills_the_forked_run_and_its_children(tmp_path):
     assert timed_out and rc == -signal.SIGTERM and time.monotonic() - t0 < 30
     info = json.loads(out.read_text())
     assert not launcher.group_alive(launch["pgid"])
-    st = launcher._stat(info["grandchild"])
+    st = launcher.proc_stat(info["grandchild"])
     assert st is None or st[0] == "Z"  # gone, or dead and not yet reaped by init
 
 

@@ -106,12 +106,12 @@ def kill_group(pgid: int, proc: subprocess.Popen | None = None) -> None:
     SIGKILL the processes below it that had left the group (torchrun's ranks lead sessions of
     their own: a torchrun killed before it passed the signal on would leave them running, and
     holding their GPU memory)."""
-    leader = _stat(pgid)
+    leader = proc_stat(pgid)
     leads = leader is not None and leader[2] == str(pgid)  # else the id may be another's by now
     strays = [
         (pid, _start_ticks(pid))
         for pid in (descendants(pgid) if leads else [])
-        if (st := _stat(pid)) is not None and st[2] != str(pgid)
+        if (st := proc_stat(pid)) is not None and st[2] != str(pgid)
     ]
     _end_group(pgid, proc)
     for pid, ticks in strays:
@@ -150,7 +150,7 @@ def group_alive(pgid: int) -> bool:
             return False
     for entry in proc_root.iterdir():
         if entry.name.isdigit():
-            st = _stat(int(entry.name))
+            st = proc_stat(int(entry.name))
             if st is not None and st[2] == str(pgid) and st[0] != "Z":
                 return True
     return False
@@ -162,7 +162,7 @@ def descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            st = _stat(int(entry.name))
+            st = proc_stat(int(entry.name))
             if st is not None and st[0] != "Z":
                 children.setdefault(int(st[1]), []).append(int(entry.name))
     found, todo = [], [root]
@@ -196,7 +196,7 @@ def kill_tree(root: int) -> int:
     return len(held)
 
 
-def _stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -206,7 +206,7 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def _start_ticks(pid: int) -> str | None:
-    st = _stat(pid)
+    st = proc_stat(pid)
     return st[19] if st is not None and len(st) > 19 else None
 
 

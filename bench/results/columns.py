@@ -4,6 +4,8 @@ loss_parity.csv and vram_per_card.csv (docs/run-contract.md); the report's file 
 
 from __future__ import annotations
 
+from bench.distribution import DEFAULT_TRAINER  # noqa: F401  (re-read by results modules: the trainer a cell.json without "trainer" ran)
+
 METRIC_FIELDS = [
     "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s",
     "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu", "elapsed_s", "time",
@@ -25,9 +27,7 @@ STARTUP_COLUMNS = [
     "compile_cache_warm", "exit_s", "run_wall_s",
 ]  # fmt: skip
 
-# The trainer plug that ran a cell (cell.json "trainer"); runs recorded before a sweep could name
-# another plug have no such key and read as ours.
-DEFAULT_TRAINER = "embedded"
+
 CELL_COLUMNS = [
     "trainer",
     "profile",

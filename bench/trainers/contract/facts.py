@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.arms import LIGER_DEFAULT, Arm
+from bench.arms import Arm
 from bench.config import MODES
 from bench.trainers.contract.plug import CONTRACT_KEYS, NAME
 
@@ -27,7 +27,7 @@ def profile_and_mode(train: Any, cfg_path: Path, where: str) -> dict | str:
 def contract_arm(arm: Arm) -> bool:
     """Whether the contract alone expresses the arm: Liger off, or on with its two kernels (no
     nudged weights: the contract has no key for them)."""
-    return not arm.changes and not arm.perturb and arm.kernels in (frozenset(), LIGER_DEFAULT)
+    return arm.liger_switch_only and not arm.perturb
 
 
 class ContractReader:

@@ -9,11 +9,11 @@ from typing import Any
 
 from bench.arms import Arm
 from bench.config import pick
-from bench.results.columns import DEFAULT_TRAINER
+from bench.distribution import DEFAULT_TRAINER, OUR_TRAINER_MODULE
 from bench.trainers.contract.facts import profile_and_mode
 from bench.trainers.embedded.keys import ATTENTION_KEY, DRIVER_KEYS
 
-MODULE = "specforge"  # our trainer's module (python -m specforge, from this checkout)
+MODULE = OUR_TRAINER_MODULE  # python -m specforge, from this checkout
 
 
 class EmbeddedReader:

@@ -36,9 +36,9 @@ from typing import Any
 import yaml
 
 import bench.config.yamlio as yamlio
+from bench.distribution import OUR_TRAINER_MODULE as OUR_TRAINER
 from bench.distribution import PROFILES  # the checkout's configs/profiles, or the shipped ones
 from bench.fileio import atomic_write_json
-from bench.trainers.embedded.facts import MODULE as OUR_TRAINER
 from bench.trainers.specforge_cli.facts import NAME
 
 FORMAT = 2  # 2: learnable sources read from our trainer's cache, meta.json's "samples"

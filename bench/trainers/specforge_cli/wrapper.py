@@ -235,12 +235,12 @@ def _start_pyspy(spec: tuple[str, int, float], pid: int, out: Path) -> dict:
 
 def end_leftovers() -> None:
     """SIGKILL every other live process of this process group (SpecForge's workers that outlived it)."""
-    from bench.procs.launcher import _stat
+    from bench.procs.launcher import proc_stat
 
     me, group = os.getpid(), os.getpgrp()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != me:
-            st = _stat(int(entry.name))
+            st = proc_stat(int(entry.name))
             if st is not None and st[2] == str(group) and st[0] != "Z":
                 try:
                     os.kill(int(entry.name), signal.SIGKILL)

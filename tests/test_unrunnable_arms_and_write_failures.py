@@ -1,4 +1,4 @@
-"""Issue 19's leftovers: an arm this machine cannot run is skipped with its reason before the
+"""An arm this machine cannot run is skipped with its reason before the
 sweep starts; output that cannot be written (a read-only filesystem, a full disk) is one line,
 exit 1, and the sweep resumes with every planned run once; the trainer's own commands refuse a
 data or cache file of the wrong shape in one line; loss parity compares only the runs in the
