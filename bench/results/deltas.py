@@ -14,6 +14,7 @@ import pandas as pd
 from bench.arms import AA, BASELINE
 from bench.results import stats
 from bench.results.columns import RUNS_COLUMNS
+from bench.results.verdicts import Speed, speed_kind
 
 NAN = float("nan")
 
@@ -167,16 +168,18 @@ def aa_verdict(sps: stats.Delta, min_pairs: int, target_pct: float, speed: str) 
     the arm's own verdict, says "too few pairs (n): ..." below ``min_pairs``), then FAILED when the
     CI excludes 0, and passed only when it contains 0 and is no wider than ``target_pct`` (the
     cell's precision target, else equivalence_pct): a wide CI contains 0 whatever the noise."""
-    if math.isnan(sps.pct) or speed.startswith(("too few pairs", "n/a")):
-        return f"A/A check not passed: {speed}"
+    if math.isnan(sps.pct) or speed_kind(speed) in (Speed.TOO_FEW, Speed.NOT_AVAILABLE):
+        return f"{Speed.AA_NOT_PASSED.value}: {speed}"
     if not sps.lo <= 0 <= sps.hi:
-        return "A/A check FAILED: CI excludes 0 (a false positive: the suite's noise is underestimated)"
+        return (
+            f"{Speed.AA_FAILED.value}: CI excludes 0 (a false positive: the suite's noise is underestimated)"
+        )
     if sps.halfwidth > target_pct:
         return (
-            f"A/A check not passed: this machine is too noisy to resolve ±{target_pct:g} here "
+            f"{Speed.AA_TOO_NOISY.value} to resolve ±{target_pct:g} here "
             f"(CI ±{sps.halfwidth:.2f} points, contains 0; more pairs or a quieter machine would)"
         )
-    return f"A/A check passed: CI contains 0 (±{sps.halfwidth:.2f} points)"
+    return f"{Speed.AA_PASSED.value}: CI contains 0 (±{sps.halfwidth:.2f} points)"
 
 
 def energy_delta(base_ok: pd.DataFrame, ok: pd.DataFrame) -> dict[str, Any]:

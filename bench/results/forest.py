@@ -20,12 +20,13 @@ from bench import fmt
 from bench.arms import AA, BASELINE
 from bench.results.canvas import LABEL_BOX, save
 from bench.results.columns import DEFAULT_TRAINER
+from bench.results.verdicts import Speed, parity_failed, speed_kind
 
 FOREST_COLUMNS = [
     "label", "kind", "parity_failed", "n_pairs", "delta_pct", "ci_low", "ci_high", "delta_text", "verdict",
     "vram_gib", "vram_low", "vram_high", "vram_text",
 ]  # fmt: skip
-VERDICT_COLORS = {"faster": "tab:green", "slower": "tab:red", "within": "0.35"}
+VERDICT_COLORS = {Speed.FASTER: "tab:green", Speed.SLOWER: "tab:red", Speed.WITHIN: "0.35"}
 NO_POINT = "0.55"
 
 
@@ -61,14 +62,6 @@ def _pairs(n: Any) -> str:
     return "" if fmt.isnan(n) else f" ({fmt.integer(n)} pair{'s' if fmt.num(n) != 1 else ''})"
 
 
-def _verdict_word(verdict: Any) -> str:
-    text = str(verdict) if isinstance(verdict, str) else ""
-    for word in VERDICT_COLORS:
-        if text.startswith(word):
-            return word
-    return text
-
-
 def sweep_forest_rows(summary: pd.DataFrame) -> pd.DataFrame:
     """Every non-baseline arm of every cell, in summary order: Δ samples/s (%) and Δ peak VRAM
     with their paired CIs; a row without a Δ says why in ``delta_text`` (its verdict)."""
@@ -81,7 +74,7 @@ def sweep_forest_rows(summary: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "label": f"{cell_label(r)} · {r.arm}" + _pairs(r.n_pairs),
             "kind": "aa" if r.arm == AA else "arm",
-            "parity_failed": str(r.loss_parity).startswith("FAIL"),
+            "parity_failed": parity_failed(r.loss_parity),
             "n_pairs": fmt.num(r.n_pairs),
             "delta_pct": fmt.num(r.delta_samples_per_s_pct),
             "ci_low": fmt.num(r.delta_samples_per_s_pct_ci95_low),
@@ -115,7 +108,7 @@ def _draw_delta(
     ax.axvline(0, color="0.4", lw=0.8)
     for yi, r in zip(y, rows.itertuples()):
         has_ci = not (fmt.isnan(r.ci_low) or fmt.isnan(r.ci_high))
-        color = VERDICT_COLORS.get(_verdict_word(r.verdict), "black")
+        color = VERDICT_COLORS.get(speed_kind(r.verdict), "black")
         if r.kind == "aa":
             color = "tab:red" if "FAILED" in r.verdict else "0.2"
         if r.kind == "aa" and has_ci:  # the suite's own noise floor: a shaded span, not a claim

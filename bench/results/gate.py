@@ -19,6 +19,7 @@ import pandas as pd
 from bench import fmt
 from bench.arms import AA, BASELINE
 from bench.results.columns import DEFAULT_TRAINER
+from bench.results.verdicts import parity_failed
 
 EXIT_FAILED = 3  # the gate failed (2 is bad input, 1 an environment fault)
 PASS, FAIL, INCONCLUSIVE, UNDECIDED = "pass", "fail", "inconclusive", "not decided"
@@ -75,7 +76,7 @@ def _not_comparable(r, name: str) -> Decision | None:
     two different workloads, a row only in A."""
     for side in ("A", "B"):
         verdict = getattr(r, f"parity_{side.lower()}", None)
-        if isinstance(verdict, str) and verdict.startswith("FAIL"):
+        if parity_failed(verdict):
             return Decision(name, FAIL, f"{side}'s arm fails parity ({verdict.removeprefix('FAIL: ')})")
     if r.present == DIFFERENT:
         return Decision(name, UNDECIDED, f"not compared: different workloads ({r.workloads_differ})")

@@ -17,6 +17,7 @@ from bench import fmt
 from bench.arms import ARMS, BASELINE
 from bench.results.columns import LOSS_PARITY_COLUMNS, PARITY_CRITERION, RUNS_COLUMNS, SUMMARY_COLUMNS
 from bench.results.records import RunRecord, in_statistics, run_row
+from bench.results.verdicts import Parity
 
 NAN = float("nan")
 DEFAULT_TOLERANCE = 1e-2  # |Δ loss| at the last step, for a cell that sets no loss_tolerance
@@ -126,13 +127,15 @@ def parity_verdict(rows: pd.DataFrame, arm: str | None = None) -> str:
     if not len(rows):
         return ""
     if arm in ARMS and ARMS[arm].perturb:
-        return f"floor, not judged (|Δ loss| at the last step up to {rows['last_step_abs_delta'].max():.3g})"
+        return (
+            f"{Parity.FLOOR.value} (|Δ loss| at the last step up to {rows['last_step_abs_delta'].max():.3g})"
+        )
     failed = rows[~rows["passed"].astype(bool)]
     if not len(failed):
-        return f"pass ({len(rows)}/{len(rows)})"
+        return f"{Parity.PASS.value} ({len(rows)}/{len(rows)})"
     worst = failed["last_step_abs_delta"].max()
     return (
-        f"FAIL in {len(failed)} of {len(rows)} pairs (|Δ loss| at the last step up to {worst:.3g}, "
+        f"{Parity.FAIL.value} in {len(failed)} of {len(rows)} pairs (|Δ loss| at the last step up to {worst:.3g}, "
         f"tolerance {failed['tolerance'].iloc[0]:g})"
     )
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.arms import FLOOR_ARMS
+from bench.results.verdicts import Parity, parity_kind
 
 PARITY_EXIT = 4  # an arm failed loss or training parity (1: runs failed or the environment, 2: bad input)
-LOSS_FAILED = "FAIL"  # how parity.loss_parity_verdict starts a failed verdict
-NOT_EQUIVALENT = "not equivalent"  # how training_parity.judge starts one
 
 
 def failures(summary: pd.DataFrame, training: pd.DataFrame | None = None) -> dict[tuple[str, str], str]:
@@ -26,13 +25,15 @@ def failures(summary: pd.DataFrame, training: pd.DataFrame | None = None) -> dic
             verdict = r.loss_parity
             if str(r.arm) in FLOOR_ARMS:  # the yardsticks (aa, aa_eps), not arms under test
                 continue
-            if isinstance(verdict, str) and verdict.startswith(LOSS_FAILED):
+            if parity_kind(verdict) is Parity.FAIL:
                 out.setdefault((str(r.cell_id), str(r.arm)), []).append(f"loss parity {verdict}")
     if training is not None and len(training) and "verdict" in training:
         for (cell, arm), g in training.groupby(["cell_id", "arm"], sort=False):
             if str(arm) in FLOOR_ARMS:
                 continue
-            bad = [str(m) for m, v in zip(g["metric"], g["verdict"]) if str(v).startswith(NOT_EQUIVALENT)]
+            bad = [
+                str(m) for m, v in zip(g["metric"], g["verdict"]) if parity_kind(v) is Parity.NOT_EQUIVALENT
+            ]
             if bad:
                 out.setdefault((str(cell), str(arm)), []).append(
                     f"training parity not equivalent on {', '.join(bad)}"

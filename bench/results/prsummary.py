@@ -18,6 +18,7 @@ from bench.arms import AA, BASELINE
 from bench.results import parity_gate
 from bench.results.forest import cell_label, delta_text
 from bench.results.tables import distinct_values
+from bench.results.verdicts import DECIDED, Speed, speed_kind
 
 CONSOLE_WIDTH = 100
 PR_TABLE_HEADER = [
@@ -89,9 +90,6 @@ def energy_coverage(runs: pd.DataFrame, cell_id: Any) -> str:
     return f" ({', '.join(names) or 'no source'}, {len(have)} of {len(ok)} runs{tail})"
 
 
-NOISY = "A/A check not passed: this machine is too noisy"  # deltas.aa_verdict's wide-CI case
-
-
 def delta_line(r: Any, energy_note: str = "") -> str:
     """``liger vs baseline: +16.2% [+15.3, +17.2] throughput (6 pairs), -5.21 GiB [...] (-18.0%) peak
     VRAM, loss parity pass (6/6)``; the verdict in words when there is no Δ. A precision target the
@@ -103,9 +101,10 @@ def delta_line(r: Any, energy_note: str = "") -> str:
     if not speed:
         return f"{r.arm} vs baseline: {verdict}"
     pairs = f"{fmt.integer(r.n_pairs)} pairs"
-    if verdict.startswith(NOISY):  # the reason, which is the message: this machine, not the suite
+    kind = speed_kind(verdict)
+    if kind is Speed.AA_TOO_NOISY:  # the reason, which is the message: this machine, not the suite
         pairs += f"; A/A: {verdict.removeprefix('A/A check not passed: ').split(' (')[0]}"
-    elif not verdict.startswith(("faster", "slower", "within")):
+    elif kind not in DECIDED:
         pairs += f"; {verdict.split(':')[0]}"
     pairs += _precision(r)
     parity = r.loss_parity if isinstance(r.loss_parity, str) else "n/a"

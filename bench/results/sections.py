@@ -14,6 +14,7 @@ from bench.arms import BASELINE
 from bench.results.columns import PARITY_CRITERION
 from bench.results.parity import loss_parity_gaps
 from bench.results.records import RunRecord, in_statistics
+from bench.results.verdicts import Speed, parity_failed, speed_kind
 
 MAIN_TABLE_HEADER = [
     "profile", "mode", "batch", "seq", "gpus", "arm", "runs ok", "samples/s", "s/step", "peak VRAM (GiB, polled)",
@@ -137,11 +138,11 @@ def main_table(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
             )  # fmt: skip
             same = r.verdict_speed == r.verdict_memory  # e.g. "liger fits, baseline OOM"
             verdict = r.verdict_speed if same else f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
-            if str(r.loss_parity).startswith("FAIL"):  # not the same training: say so beside the speed
+            if parity_failed(r.loss_parity):  # not the same training: say so beside the speed
                 verdict += f"; loss parity {r.loss_parity}"
         if r.n_ok == 0:
             verdict = _not_run_reasons(runs, r.cell_id, r.arm)
-            if r.arm != BASELINE and "OOM" in str(r.verdict_speed):
+            if r.arm != BASELINE and speed_kind(r.verdict_speed) is Speed.OOM:
                 verdict = f"{r.verdict_speed}; {verdict}"
         rows.append(
             [
@@ -168,7 +169,7 @@ def contrast_section(contrasts: pd.DataFrame, summary: pd.DataFrame | None = Non
         same = r.verdict_speed == r.verdict_memory
         verdict = r.verdict_speed if same else f"speed: {r.verdict_speed}; memory: {r.verdict_memory}"
         for arm in (r.arm, r.reference):
-            if parity.get((r.cell_id, arm), "").startswith("FAIL"):
+            if parity_failed(parity.get((r.cell_id, arm))):
                 verdict += f"; {arm}'s loss parity against the baseline FAILED"
         rows.append(
             [

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 from scipy import stats as _st
 
+from bench.results.verdicts import Speed
+
 CONFIDENCE = 0.95
 NAN = float("nan")
 
@@ -157,29 +159,31 @@ def speed_verdict(d: Delta, min_pairs: int, equivalence_pct: float) -> str:
     ±equivalence_pct: "within ±X%". A CI above / below 0: "faster" / "slower". Otherwise
     "inconclusive" with the interval.
     """
-    return _verdict(d, min_pairs, equivalence_pct, ("faster", "slower"), "%")
+    return _verdict(d, min_pairs, equivalence_pct, (Speed.FASTER.value, Speed.SLOWER.value), "%")
 
 
 def _verdict(d: Delta, min_pairs: int, band: float, words: tuple[str, str], unit: str) -> str:
     if d.n == 0 or math.isnan(d.pct):
-        return "n/a (no complete pair)"
+        return f"{Speed.NOT_AVAILABLE.value} (no complete pair)"
     if d.n < max(2, min_pairs) or math.isnan(d.lo):
         shown = ", ".join(f"{v:+.1f}{unit}" if unit == "%" else f"{v:+.2f}{unit}" for v in d.per_pair)
-        return f"too few pairs ({d.n}): {shown}"
+        return f"{Speed.TOO_FEW.value} ({d.n}): {shown}"
     spec = "+.1f" if unit == "%" else "+.2f"
     ci = f"[{d.lo:{spec}}, {d.hi:{spec}}]{unit}"
     if -band <= d.lo and d.hi <= band:
-        return f"within ±{band:g}{unit}" if unit == "%" else f"within ±{band:.2f}{unit}"
+        return (
+            f"{Speed.WITHIN.value}{band:g}{unit}" if unit == "%" else f"{Speed.WITHIN.value}{band:.2f}{unit}"
+        )
     if d.lo > 0:
         return words[0]
     if d.hi < 0:
         return words[1]
-    return f"inconclusive: CI {ci} includes 0"
+    return f"{Speed.INCONCLUSIVE.value}: CI {ci} includes 0"
 
 
 def memory_verdict(d: Delta, min_pairs: int, band_gib: float) -> str:
     """Wording for Δ peak VRAM in GiB (``Delta`` holding GiB, not percent)."""
-    return _verdict(d, min_pairs, band_gib, ("heavier", "leaner"), " GiB")
+    return _verdict(d, min_pairs, band_gib, (Speed.HEAVIER.value, Speed.LEANER.value), " GiB")
 
 
 def paired_abs_delta(base: Sequence[float], other: Sequence[float]) -> Delta:
