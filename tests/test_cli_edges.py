@@ -22,10 +22,12 @@ TINY = "configs/train/tiny-offline.yaml"
         (["training.lr=[1, 2"], "error: key=value: 'training.lr=[1, 2': the value is not YAML"),
         (["--set-sweep", "steps=[1"], "error: --set-sweep: 'steps=[1': the value is not YAML"),
         (["--python", "/some/python"], "error: --python /some/python: only --trainer specforge-cli runs in"),
+        (["--out", ""], "error: --out: empty path; expected a directory"),
     ],
 )
 def test_bench_ab_refuses_in_one_line_what_it_cannot_use(args, says, tmp_path):
-    r = run_cli("bench", "ab", "-c", TINY, "--out", str(tmp_path / "o"), "--dry-run", *args, timeout=120)
+    out = [] if "--out" in args else ["--out", str(tmp_path / "o")]  # an --out given once
+    r = run_cli("bench", "ab", "-c", TINY, *out, "--dry-run", *args, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith(says) and r.stderr.count("\n") == 1, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "o").exists()
 

@@ -583,10 +583,11 @@ def test_status_refuses_a_damaged_order_and_reads_a_start_without_time_zone(tmp_
     from bench.fileio import atomic_write_json
 
     out = tmp_path / "out"
-    atomic_write_json(out / "sweep.json", {"name": "t", "order": "abcd"})
-    assert main(["status", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert "'order' is not a list of run ids" in err and err.count("\n") == 1
+    for order in ("abcd", ["a", "../../etc"]):  # a string; an id that is a path out of runs/
+        atomic_write_json(out / "sweep.json", {"name": "t", "order": order})
+        assert main(["status", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "'order' is not a list of run ids" in err and err.count("\n") == 1
     atomic_write_json(out / "sweep.json", {"name": "t", "order": ["a"]})
     atomic_write_json(
         out / "runs" / "a" / "launch.json", {"hostname": "elsewhere", "start_time": "2026-01-01T00:00:00"}

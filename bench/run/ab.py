@@ -112,6 +112,10 @@ def run_ab(args, argv: list[str] | None = None) -> int:
     from bench.run.sweepdir import check_out_path, sweep_running
 
     doc = sweep_doc(args)
+    if args.out is not None and not args.out.strip():
+        raise SweepError(
+            "--out: empty path; expected a directory (or leave --out out: results/ab-<config name>)"
+        )
     out = Path(args.out or f"results/{doc['name']}")
     check_out_path(out)
     doc["out"] = str(out)

@@ -43,7 +43,9 @@ def read_state(out_dir: Path) -> SweepState:
     if not isinstance(doc, dict):
         raise SweepError(f"{out_dir}: no sweep.json; expected the output directory of a sweep")
     raw = doc.get("order") or []
-    if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
+    if not isinstance(raw, list) or not all(
+        isinstance(r, str) and r and "/" not in r and r not in (".", "..") for r in raw
+    ):
         raise SweepError(f"{out_dir / 'sweep.json'}: 'order' is not a list of run ids; the file is damaged")
     order = raw
     state = SweepState(out_dir, str(doc.get("name")), len(order), driver_pid=lock_holder(out_dir / LOCK))
