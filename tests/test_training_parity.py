@@ -214,3 +214,21 @@ def test_an_allowance_of_zero_passes_two_identical_runs():
     assert judge(runs, "x", "loss", p, 60)["verdict"] == "equivalent"  # RMS 0 <= 0 allowed
     runs["x"][1].loc[40, "loss"] += 1e-9
     assert judge(runs, "x", "loss", p, 60)["verdict"].startswith("not equivalent: steps 31-40")
+
+
+def test_an_unknown_compute_dtype_is_one_line(tmp_path, capsys):
+    """It was accepted and would have failed at report time with a KeyError."""
+    from bench.__main__ import main
+    from tests.helpers import REPO
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "name: a\nhardware: cpu\nrepeats: 1\nsteps: 100\nwarmup_steps: 1\narms: [baseline, aa]\n"
+        "parity: {compute_dtype: int8, at_steps: [50]}\n"
+        f"cells: [{{config: {REPO / 'configs/train/tiny-offline.yaml'}, batch_size: [1], seq_len: [32]}}]\n"
+    )
+    assert main(["sweep", str(cfg), "--dry-run", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        "parity.compute_dtype: expected one of bfloat16, float16, float32, got 'int8'"
+        in capsys.readouterr().err
+    )

@@ -229,6 +229,8 @@ def _check_parity(top: SweepKeys, fail: Fail) -> None:
     if top.parity is None:
         return
     p = typed.build(ParityKeys, top.parity, "parity.", fail)
+    if p.compute_dtype is not None:
+        typed.check_choice(p, "compute_dtype", "parity.", fail)
     if AA not in top.arms:
         raise fail(f"parity: needs the {AA} arm (the baseline again: the A/A floor); add it to arms")
     if max(p.at_steps) > top.steps:
