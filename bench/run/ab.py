@@ -109,7 +109,8 @@ def run_ab(args, argv: list[str] | None = None) -> int:
     sweep refuses before it starts (SweepError), everything is as it was: ab.yaml restored (or
     removed), and the directories this call created removed where empty."""
     from bench.run.sweep import run_sweep
-    from bench.run.sweepdir import check_out_path, sweep_running
+    from bench.run.sweepdir import LOCK, check_out_path
+    from bench.run.sweepstate import lock_holder
 
     doc = sweep_doc(args)
     if args.out is not None and not args.out.strip():
@@ -138,7 +139,9 @@ def run_ab(args, argv: list[str] | None = None) -> int:
         )
     if before is not None and before != text and not args.force:
         raise SweepError(f"{path}: an A/B with another config is there; pass --force or another --out")
-    if sweep_running(out):  # before anything is written: a refused second command changes nothing
+    # before anything is written, so that a refused second command changes nothing; read from
+    # /proc/locks, never taken (a sweep starting this instant is not refused because we looked)
+    if lock_holder(out / LOCK) is not None:
         raise SweepError(f"{out}: another sweep is running in this directory")
     created, stamp = _missing_ancestors(out), _mtime(out / "sweep.json")
     with writing(out):

@@ -204,8 +204,8 @@ def not_ours(out_dir: Path) -> list[str]:
 
 def clear_results(out_dir: Path) -> None:
     """--force: delete the sweep's own runs (runs/<id> holding run files), prime/, sweep.json and
-    the aggregation outputs; cache/ stays. check_out_dir has refused a directory with anything
-    else in it; what appeared since stays too."""
+    the aggregation outputs; cache/ and the user's own files beside them stay (check_out_dir
+    has refused a runs/ holding anything else)."""
     runs = out_dir / "runs"
     if runs.is_dir():
         for rdir in runs.iterdir():
@@ -216,21 +216,6 @@ def clear_results(out_dir: Path) -> None:
     shutil.rmtree(out_dir / "prime", ignore_errors=True)
     for path in [out_dir / "sweep.json", *(out_dir / n for n in AGGREGATE_OUTPUTS)]:
         path.unlink(missing_ok=True)
-
-
-def sweep_running(out_dir: Path) -> bool:
-    """Whether a sweep holds the directory's lock now (a probe: the lock is released at once)."""
-    try:
-        fd = os.open(out_dir / LOCK, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def write_sweep_json(cfg, runs, out_dir, info, previous, argv, retried: list[dict] | None = None) -> None:
