@@ -232,3 +232,32 @@ def test_an_unknown_compute_dtype_is_one_line(tmp_path, capsys):
         "parity.compute_dtype: expected one of bfloat16, float16, float32, got 'int8'"
         in capsys.readouterr().err
     )
+
+
+def test_the_gradient_norms_last_resort_term_is_one_rounding_step_of_the_compute_dtype():
+    """The issue's case: at the seed's shapes, with a floor of exactly 0, a Liger gradient norm
+    0.25% off the baseline's failed the fixed 1e-3; one bfloat16 step (2^-8) allows it, and a
+    norm 1% off still fails."""
+    from bench.results.training_parity import settings
+
+    gpu = settings({"config": {"hardware": ["h200"], "parity": {}}})
+    cpu = settings({"config": {"hardware": "cpu", "parity": {}}})
+    mine = settings({"config": {"hardware": ["h200"], "parity": {"grad_norm_rtol": 1e-3}}})
+    assert gpu["grad_norm_rtol"] == 2.0**-8 and gpu["compute_dtype"] == "bfloat16"
+    assert cpu["grad_norm_rtol"] == 1e-3 and cpu["compute_dtype"] == "float32"
+    assert mine["grad_norm_rtol"] == 1e-3
+    steps = 40
+    t = np.arange(1, steps + 1)
+    base = pd.DataFrame({"loss": 5.0 - 0.02 * t, "accuracy": 0.0 * t, "grad_norm": 0.137 + 0 * t}, index=t)
+
+    def arm(rel: float) -> pd.DataFrame:
+        return base.assign(grad_norm=base["grad_norm"] * (1 + rel))
+
+    runs = {"baseline": {1: base}, "aa": {1: base.copy()}, "liger": {1: arm(0.0025)}, "wrong": {1: arm(0.01)}}
+    assert judge(runs, "liger", "grad_norm", {**gpu, "window": 10}, steps)["verdict"] == "equivalent"
+    assert judge(runs, "liger", "grad_norm", {**mine, "window": 10}, steps)["verdict"].startswith(
+        "not equivalent"
+    )
+    assert judge(runs, "wrong", "grad_norm", {**gpu, "window": 10}, steps)["verdict"].startswith(
+        "not equivalent"
+    )
