@@ -166,9 +166,9 @@ def _locked(
 
 # What a CPU sweep is for, said before its first run (the verdicts at its end are about this machine).
 CPU_NOTE = (
-    "a CPU sweep: real DFlash training of the tiny profile through the whole pipeline (cache, paired "
-    "runs, CIs, report); a shared CPU's step times drift by tens of percent, so its CIs are wide and the "
-    "A/A row says how wide; Liger's kernels need a GPU (its rows are skipped). Not a benchmark of anything."
+    "a CPU sweep: real DFlash training through the whole pipeline (cache, paired runs, CIs, report); on a "
+    "shared or loaded CPU step times can drift by tens of percent, so CIs can be wide and the A/A row says "
+    "how wide; Liger's kernels need a GPU (its rows are skipped). Not a benchmark of anything."
 )
 
 
