@@ -33,6 +33,7 @@ class Arm:
     gpu_only: bool = False  # refused in a CPU sweep (Liger arms are recorded as skipped instead)
     polls_vram: bool = True
     perturb: bool = False  # the baseline's weights moved by one unit in the last place (a floor arm)
+    lr_scale: float = 1.0  # the learning rate times this (a negative control: training parity must catch it)
 
     def __post_init__(self) -> None:
         unknown = set(self.kernels) - set(KERNELS)
@@ -59,6 +60,7 @@ class Arm:
                 ("compile", self.compile),
                 ("attention", self.attention),
                 ("optimizer", self.optimizer),
+                ("learning rate", self.lr_scale != 1.0),
             )
             if on
         )
@@ -88,6 +90,12 @@ ARMS: Mapping[str, Arm] = _arms(
         "the baseline with every weight moved by one unit in the last place: how far training carries "
         "one rounding step (training parity's sensitivity floor)",
         perturb=True,
+    ),
+    Arm(
+        "lr_off",
+        "the baseline with a learning rate 1% higher: a negative control that training parity must "
+        "catch (the rule's power on this cell; never a gain)",
+        lr_scale=1.01,
     ),
     Arm("compile", "torch.compile of each draft layer", compile=True, gpu_only=True),
     Arm(
@@ -121,5 +129,8 @@ BASELINE = "baseline"
 AA = "aa"
 AA_EPS = "aa_eps"
 FLOOR_ARMS = (AA, AA_EPS)  # training parity's floors: the baseline again, and nudged by one ulp
+# Arms that change the training on purpose: training parity must call them not equivalent (its power)
+NEGATIVE_CONTROLS = tuple(name for name, arm in ARMS.items() if arm.lr_scale != 1.0)
+NOT_UNDER_TEST = (*FLOOR_ARMS, *NEGATIVE_CONTROLS)  # the yardsticks: no parity gate, never a gain
 # Arms whose Δ the kernel attribution can predict from the swapped modules' timings.
 LIGER_ARMS = tuple(name for name, arm in ARMS.items() if arm.swapped_kinds)

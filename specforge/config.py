@@ -126,6 +126,7 @@ class TrainingConfig:
     accumulation_steps: int = 4
     num_anchors: int = 512
     lr: float = 6e-4
+    lr_scale: float = 1.0  # the learning rate used is lr x lr_scale (the lr_off negative control: 1.01)
     lr_warmup_steps: int = 10
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.0
@@ -389,6 +390,7 @@ def validate(cfg: TrainConfig) -> None:
         "training.accumulation_steps": (tr.accumulation_steps, 0, MAX_BATCH, True),
         "training.num_anchors": (tr.num_anchors, 0, MAX_SEQ, True),
         "training.lr": (tr.lr, 0, MAX_LR, True),
+        "training.lr_scale": (tr.lr_scale, 0, 10.0, True),
         "training.loss_decay_gamma": (tr.loss_decay_gamma, 0, None, True),
         "training.log_every": (tr.log_every, 0, MAX_STEPS, True),
         "training.lr_warmup_steps": (tr.lr_warmup_steps, 0, MAX_STEPS, False),

@@ -78,11 +78,12 @@ def resolve_env(cfg: TrainConfig) -> Env:
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up then cosine decay to min_lr_ratio * lr (step is 0-based)."""
     tr = cfg.training
+    lr = tr.lr * tr.lr_scale
     if step < tr.lr_warmup_steps:
-        return tr.lr * (step + 1) / tr.lr_warmup_steps
+        return lr * (step + 1) / tr.lr_warmup_steps
     span = max(1, tr.steps - tr.lr_warmup_steps)
     progress = min(1.0, (step - tr.lr_warmup_steps) / span)
-    return tr.lr * (tr.min_lr_ratio + (1 - tr.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return lr * (tr.min_lr_ratio + (1 - tr.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def optimizer_impl(cfg: TrainConfig, env: Env) -> str:
@@ -148,7 +149,7 @@ class Trainer:
         fused = env.device.type == "cuda" and cfg.training.fused_adamw
         self.opt = torch.optim.AdamW(
             self.masters,
-            lr=cfg.training.lr,
+            lr=cfg.training.lr * cfg.training.lr_scale,
             betas=(0.9, 0.95),
             weight_decay=cfg.training.weight_decay,
             fused=fused,

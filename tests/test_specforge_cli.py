@@ -197,6 +197,27 @@ def test_a_user_config_is_passed_through_and_read_in_specforge_s_keys(tmp_path):
     )
 
 
+def test_the_negative_control_runs_specforge_at_its_own_learning_rate_one_percent_higher(tmp_path):
+    """lr_off on the SpecForge CLI: the learning rate its run config gives (the one the suite writes
+    from our config for prepared inputs, the user's own, or the cell's set:) times 1.01."""
+    arms = {"arms": ["baseline", "lr_off"]}
+    prepared = load_config(sweep(tmp_path, [{"config": TINY, "batch_size": 2, "seq_len": 128}], **arms))
+    lr = yaml.safe_load(Path(TINY).read_text())["training"]["lr"]
+    plug = SpecForgeCliPlug(python="/py")
+    base, off = plan(prepared)
+    assert not any(a.startswith("training.learning_rate=") for a in plug.overrides(prepared, base, tmp_path))
+    assert f"training.learning_rate={lr * 1.01!r}" in plug.overrides(prepared, off, tmp_path)
+    mine = user_config(tmp_path, hidden_states_path="/f")
+    doc = yaml.safe_load(Path(mine).read_text())
+    doc["training"]["learning_rate"] = 2e-4
+    Path(mine).write_text(yaml.safe_dump(doc))
+    user = load_config(sweep(tmp_path, [{"config": mine, "batch_size": 1, "seq_len": 512}], **arms))
+    assert f"training.learning_rate={2e-4 * 1.01!r}" in plug.overrides(user, plan(user)[1], tmp_path)
+    cell_set = {"config": mine, "batch_size": 1, "seq_len": 512, "set": {"training.learning_rate": 5e-4}}
+    given = load_config(sweep(tmp_path, [cell_set], **arms))
+    assert f"training.learning_rate={5e-4 * 1.01!r}" in plug.overrides(given, plan(given)[1], tmp_path)
+
+
 @pytest.mark.parametrize(
     "cell, top, expected",
     [

@@ -444,4 +444,5 @@ def test_the_keys_arms_set_are_refused_in_a_cell_with_the_arms_that_set_them():
         "training.fused_adamw": "use arms (adamw_foreach, adamw_plain)",
         "training.foreach_adamw": "use arms (adamw_plain)",
         "model.init_perturb_ulp": "use arms (aa_eps)",
+        "training.lr_scale": "use arms (lr_off)",
     }

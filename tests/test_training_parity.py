@@ -108,9 +108,11 @@ def build(root) -> dict:
 
 
 def test_a_correct_arm_is_equivalent_and_the_loss_really_falls(parity_sweeps):
-    good, _, out = parity_sweeps
-    assert list(good.columns) == TRAINING_PARITY_COLUMNS
-    assert set(good.metric) == {"loss", "accuracy", "grad_norm"} and set(good.arm) == {"adamw_plain"}
+    table, _, out = parity_sweeps
+    assert list(table.columns) == TRAINING_PARITY_COLUMNS
+    assert set(table.arm) == {"adamw_plain", "lr_off"}  # the arm under test, the negative control
+    good = table[table.arm == "adamw_plain"]
+    assert set(good.metric) == {"loss", "accuracy", "grad_norm"}
     assert (good.steps_compared == 200).all() and (good.verdict == "equivalent").all()
     assert (good.loss_drop_pct >= 30).all()  # the draft learns the chain: at least 30% below step 1
     report = (out / "report.md").read_text()
@@ -143,8 +145,25 @@ def test_the_sensitivity_floor_arm_is_shown_as_a_floor_not_failed_by_the_fixed_t
     assert summary[summary.arm == "aa"].iloc[0].loss_parity.startswith("pass")
 
 
+def test_the_negative_control_is_caught_without_failing_the_sweep(parity_sweeps):
+    """lr_off (the learning rate 1% higher) is wrong on purpose: the rule must call it not
+    equivalent (its power on this cell), and the sweep still exits 0 (the fixture asserts it)."""
+    table, _, out = parity_sweeps
+    control = table[table.arm == "lr_off"].set_index("metric")
+    assert control.loc["loss", "verdict"].startswith("not equivalent: steps ")
+    assert control.loc["loss", "worst_rms_arm"] > control.loc["loss", "worst_allowed"]
+    report = (out / "report.md").read_text()
+    assert "Negative control `lr_off` (the baseline with a learning rate 1% higher): caught, not equivalent on loss" in report
+    assert "Parity FAILED" not in report  # a negative control is never the sweep's parity failure
+    summary = pd.read_csv(out / "summary.csv", keep_default_na=False)
+    assert summary[summary.arm == "lr_off"].iloc[0].loss_parity.startswith("negative control (|Δ loss|")
+    cmd = json.loads((out / "runs" / "tiny_offline_bs2_s128_lr_off_r1" / "cell.json").read_text())["command"]
+    assert "training.lr_scale=1.01" in " ".join(cmd)
+
+
 def test_an_arm_with_wrong_numerics_is_not_equivalent(parity_sweeps):
     _, bad, _ = parity_sweeps
+    bad = bad[bad.arm == "adamw_plain"]
     loss = bad[bad.metric == "loss"].iloc[0]
     assert loss.verdict.startswith("not equivalent: steps ")
     assert loss.worst_rms_arm > loss.worst_allowed  # beyond even the sensitivity floor (aa_eps)

@@ -126,6 +126,9 @@ def parity_verdict(rows: pd.DataFrame, arm: str | None = None) -> str:
     finer than (results/h200-parity: 0.0197 at step 200 against 0.01)."""
     if not len(rows):
         return ""
+    if arm in ARMS and ARMS[arm].lr_scale != 1.0:  # lr_off: wrong on purpose, so a FAIL is its point
+        worst = rows["last_step_abs_delta"].max()
+        return f"negative control (|Δ loss| at the last step up to {worst:.3g}; training parity says if it was caught)"
     if arm in ARMS and ARMS[arm].perturb:
         return (
             f"{Parity.FLOOR.value} (|Δ loss| at the last step up to {rows['last_step_abs_delta'].max():.3g})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.arms import FLOOR_ARMS
+from bench.arms import NOT_UNDER_TEST
 from bench.results.verdicts import Parity, parity_kind
 
 PARITY_EXIT = 4  # an arm failed loss or training parity (1: runs failed or the environment, 2: bad input)
@@ -23,13 +23,13 @@ def failures(summary: pd.DataFrame, training: pd.DataFrame | None = None) -> dic
     if "loss_parity" in summary:
         for r in summary.itertuples():
             verdict = r.loss_parity
-            if str(r.arm) in FLOOR_ARMS:  # the yardsticks (aa, aa_eps), not arms under test
+            if str(r.arm) in NOT_UNDER_TEST:  # the yardsticks (aa, aa_eps, the negative controls)
                 continue
             if parity_kind(verdict) is Parity.FAIL:
                 out.setdefault((str(r.cell_id), str(r.arm)), []).append(f"loss parity {verdict}")
     if training is not None and len(training) and "verdict" in training:
         for (cell, arm), g in training.groupby(["cell_id", "arm"], sort=False):
-            if str(arm) in FLOOR_ARMS:
+            if str(arm) in NOT_UNDER_TEST:
                 continue
             bad = [
                 str(m) for m, v in zip(g["metric"], g["verdict"]) if parity_kind(v) is Parity.NOT_EQUIVALENT

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import fmt
-from bench.arms import AA, AA_EPS, BASELINE
+from bench.arms import AA, AA_EPS, ARMS, BASELINE, NEGATIVE_CONTROLS
 from bench.results import canvas
 from bench.results.records import RunRecord
 from bench.results.training_parity import (
@@ -23,6 +23,7 @@ from bench.results.training_parity import (
     window_of,
     windows,
 )
+from bench.results.verdicts import parity_failed
 
 
 def _loss_at(runs: dict, arm: str, step: int) -> float:
@@ -89,8 +90,30 @@ def parity_section(table: pd.DataFrame, records: list[RunRecord], sweep: dict) -
                 ]
             )
         lines += fmt.table(verdicts[0], verdicts[1:]) + [""]
+        lines += [line + "\n" for line in control_lines(rows)]
     lines += ["Plot: training_parity.png; data: training_parity.csv.", ""]
     return lines
+
+
+def control_lines(rows: pd.DataFrame) -> list[str]:
+    """Per negative-control arm of a cell (lr_off: the learning rate 1% higher), whether the rule
+    caught it: its power on this cell. Not caught, the cell's "equivalent" verdicts say less than
+    they seem; never a parity failure of the sweep (the arm is wrong on purpose)."""
+    out = []
+    for arm in (a for a in dict.fromkeys(rows["arm"]) if a in NEGATIVE_CONTROLS):
+        mine = rows[rows["arm"] == arm]
+        caught = [str(m) for m, v in zip(mine["metric"], mine["verdict"], strict=True) if parity_failed(v)]
+        if caught:
+            out.append(
+                f"Negative control `{arm}` ({ARMS[arm].doc.split(':')[0]}): caught, not equivalent on {', '.join(caught)}."
+            )
+        else:
+            out.append(
+                f"Negative control `{arm}` ({ARMS[arm].doc.split(':')[0]}): **not caught**: on this cell the rule "
+                "would pass that error too, so its 'equivalent' verdicts say less than they seem (more steps, or a "
+                "cell that learns more, give it power)."
+            )
+    return out
 
 
 def parity_console(table: pd.DataFrame, width: int = 100) -> list[str]:
@@ -107,7 +130,15 @@ def parity_console(table: pd.DataFrame, width: int = 100) -> list[str]:
             said.append(f"{r.metric} {verdict}")
         head = f"training parity, {arm} vs baseline, {cell_id} ({fmt.integer(first['steps_compared'])} steps"
         head += f", loss fell {fmt.f(first['loss_drop_pct'], '.0f')}%): "
-        lines += textwrap.wrap(head + "; ".join(said), width=width, subsequent_indent="    ")
+        tail = ""
+        if arm in NEGATIVE_CONTROLS:  # wrong on purpose: whether the rule saw it is the finding
+            caught = any(parity_failed(v) for v in rows["verdict"])
+            tail = (
+                " (a negative control: caught)"
+                if caught
+                else " (a negative control: NOT caught, the rule has no power here)"
+            )
+        lines += textwrap.wrap(head + "; ".join(said) + tail, width=width, subsequent_indent="    ")
     return ["", *lines] if lines else []
 
 

@@ -56,6 +56,7 @@ class Parity(Enum):
     PASS = "pass"
     FAIL = "FAIL"
     FLOOR = "floor, not judged"  # aa_eps: the floor itself
+    CONTROL = "negative control"  # lr_off: wrong on purpose (training parity says whether it was caught)
     EQUIVALENT = "equivalent"
     NOT_EQUIVALENT = "not equivalent"
     NO_VERDICT = "no verdict"

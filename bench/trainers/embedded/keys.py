@@ -29,6 +29,7 @@ ATTENTION_KEY = "model.attention_backend"
 FUSED_ADAMW_KEY = "training.fused_adamw"
 FOREACH_ADAMW_KEY = "training.foreach_adamw"
 PERTURB_KEY = "model.init_perturb_ulp"  # every weight moved by one ulp after its seeded init
+LR_SCALE_KEY = "training.lr_scale"  # the learning rate times it (lr_off, the negative control)
 # optimizer -> our keys: foreach instead of the fused kernel; the plain loop instead of either
 OPTIMIZERS = {
     "foreach": {FUSED_ADAMW_KEY: False},
@@ -67,6 +68,8 @@ def arm_sets(arm: Arm) -> dict[str, Any]:
         sets.update(OPTIMIZERS[arm.optimizer])
     if arm.perturb:
         sets[PERTURB_KEY] = True
+    if arm.lr_scale != 1.0:
+        sets[LR_SCALE_KEY] = arm.lr_scale
     return sets
 
 

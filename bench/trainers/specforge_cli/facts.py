@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.arms import ARMS, Arm
+from bench.arms import ARMS, LIGER_DEFAULT, Arm
 from bench.config import pick
 
 NAME = "specforge-cli"
@@ -44,8 +44,9 @@ CLI_PREPARED_KEYS = {
 
 def cli_arm(arm: Arm) -> bool:
     """Whether SpecForge expresses the arm: it has one Liger switch (model.use_liger_kernel), which
-    swaps its RMSNorm and SwiGLU, and no key for compile, attention or the optimizer here."""
-    return arm.liger_switch_only  # aa_eps too: instrument.py moves the weights inside its process
+    swaps its RMSNorm and SwiGLU, and no key for compile, attention or the optimizer here; its
+    learning rate is a key (lr_off), and aa_eps is instrument.py's, inside its process."""
+    return set(arm.changes) <= {"learning rate"} and arm.kernels in (frozenset(), LIGER_DEFAULT)
 
 
 CLI_ARMS = tuple(name for name, arm in ARMS.items() if cli_arm(arm))

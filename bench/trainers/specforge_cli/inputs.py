@@ -64,6 +64,14 @@ def _dtype(train: dict) -> str:
     return DTYPES[dtype]
 
 
+OUR_DEFAULT_LR = 6e-4  # our trainer's training.lr when a config leaves it out (specforge/config.py)
+
+
+def learning_rate(train: dict) -> float:
+    """The learning rate SpecForge's run.yaml gets from one of our training configs."""
+    return float((train.get("training") or {}).get("lr", OUR_DEFAULT_LR))
+
+
 def run_config(train: dict, seq_len: int, cache_dir: Path) -> dict[str, Any]:
     """SpecForge's run config for our training config at ``seq_len``, its paths in ``cache_dir``.
     The keys follow upstream's offline DFlash example; the driver sets each run's own keys
@@ -89,7 +97,7 @@ def run_config(train: dict, seq_len: int, cache_dir: Path) -> dict[str, Any]:
             "num_epochs": 1,
             "batch_size": int(t.get("batch_size", 1)),
             "accumulation_steps": int(t.get("accumulation_steps", 1)),
-            "learning_rate": float(t.get("lr", 6e-4)),
+            "learning_rate": learning_rate(train),
             "max_grad_norm": float(t.get("max_grad_norm", 1.0)),
             "attention_backend": str((train.get("model") or {}).get("attention_backend", "flex_attention")),
             "num_anchors": int(t.get("num_anchors", 512)),

@@ -39,6 +39,8 @@ from bench.trainers.specforge_cli.data import check_data
 from bench.trainers.specforge_cli.facts import NAME
 from bench.trainers.specforge_cli.wrapper import OUTPUT
 
+SPECFORGE_DEFAULT_LR = 1e-4  # specforge 0.2.0: config/schema.py, training.learning_rate
+
 CHECK_TIMEOUT_S = 120.0
 PYTHON_ENV = "SPECFORGE_PYTHON"
 
@@ -132,6 +134,9 @@ class SpecForgeCliPlug:
         """``key=value`` for one run: the cell's `set:`, then the keys the driver owns."""
         cell = run.cell
         sets: dict = dict(cell.overrides)
+        scale = ARMS[run.arm].lr_scale
+        if scale != 1.0:  # lr_off, the negative control: the run's own learning rate, 1% higher
+            sets["training.learning_rate"] = repr(self.learning_rate(cell) * scale)
         if cfg.runs_on_cpu or not self.has_gpu():  # whatever the hardware list says
             sets.setdefault("training.fsdp_sharding", "NO_SHARD")  # FSDP needs an accelerator
             sets.setdefault("training.attention_backend", "sdpa")  # flex attention has no CPU backward
@@ -154,6 +159,17 @@ class SpecForgeCliPlug:
         if cell.prepared:
             sets["data.hidden_states_path"] = str(rdir / "features")
         return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sets.items()]
+
+    def learning_rate(self, cell: Cell) -> float:
+        """The learning rate the cell's runs train with: its `set:`, else the run config's (for
+        prepared inputs, the one the suite writes from our training config), else SpecForge's
+        default."""
+        if "training.learning_rate" in cell.overrides:
+            return float(cell.overrides["training.learning_rate"])
+        doc = yaml.safe_load(Path(cell.train_config).read_text()) or {}
+        if cell.prepared:
+            return inputs.learning_rate(doc)
+        return float((doc.get("training") or {}).get("learning_rate", SPECFORGE_DEFAULT_LR))
 
     def samples_needed(self, cell: Cell) -> int:
         return cell.steps * cell.batch_size * (cell.accumulation_steps or 1) * cell.gpus
