@@ -79,7 +79,9 @@ SPECFORGE_VENV ?= .venv-specforge
 SPECFORGE_VERSION ?= 0.2.0
 SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
 
-.PHONY: install light-install test test-fast lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
+# make golden: rebuild every committed sweep's CSVs, report and plots from its run files (after a
+# change to bench/results/ that is meant to move them; tests/test_results_golden.py holds them).
+.PHONY: golden install light-install test test-fast lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
 
 # The training side: the `train` extra (torch, transformers, safetensors) and EXTRAS.
 install: $(STAMP)
@@ -117,6 +119,10 @@ test: $(INSTALL)
 # The edit loop: everything but the end-to-end runs marked slow (pyproject.toml's markers).
 test-fast: $(INSTALL)
 	$(PYTEST) -m "not slow" $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
+
+golden: $(INSTALL)
+	@for d in results/*/runs; do d=$${d%/runs}; echo "bench report $$d"; \
+	  $(PYTHON) -m bench report "$$d" >/dev/null; rc=$$?; [ $$rc = 0 ] || [ $$rc = 4 ] || exit $$rc; done  # 4: a parity failure it reports
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
