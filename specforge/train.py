@@ -77,8 +77,7 @@ def resolve_env(cfg: TrainConfig) -> Env:
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up then cosine decay to min_lr_ratio * lr (step is 0-based)."""
-    tr = cfg.training
-    lr = tr.lr * tr.lr_scale
+    tr, lr = cfg.training, cfg.training.lr * cfg.training.lr_scale
     if step < tr.lr_warmup_steps:
         return lr * (step + 1) / tr.lr_warmup_steps
     span = max(1, tr.steps - tr.lr_warmup_steps)
