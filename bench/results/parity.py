@@ -123,7 +123,8 @@ def parity_verdict(rows: pd.DataFrame, arm: str | None = None) -> str:
     """One (cell, arm)'s loss parity in words: 'pass (n/n)' or 'FAIL in k of n pairs (...)'. An arm
     that moves the baseline's weights by design (aa_eps, the sensitivity floor) is not judged: its
     |Δ loss| is what one rounding step does to this training, which the tolerance may well be
-    finer than (results/h200-parity: 0.0197 at step 200 against 0.01)."""
+    finer than (results/h200-parity: 0.0197 at step 200 against 0.01); nor is a negative control
+    (lr_off), wrong on purpose: training parity says whether the rule caught it."""
     if not len(rows):
         return ""
     if arm in ARMS and ARMS[arm].lr_scale != 1.0:  # lr_off: wrong on purpose, so a FAIL is its point
