@@ -83,3 +83,20 @@ def test_bench_ab_errors_name_the_flag_typed_not_the_generated_file(args, says, 
     """They named a temporary ab.yaml and its sweep keys (cells[0].batch_size), which the user never wrote."""
     r = run_cli("bench", "ab", "-c", TINY, "--out", str(tmp_path / "o"), "--dry-run", *args, timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == says, r.stderr
+
+
+@pytest.mark.parametrize("sweep_json", [None, '{"name": "x"}', "[1, 2]"])
+def test_a_report_without_the_sweeps_config_says_what_it_cannot_know(sweep_json, tmp_path):
+    """A missing or damaged sweep.json dropped the precision target from the verdict without a word."""
+    committed = REPO / "results" / "h200-specforge-verdict-learn"
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    (sweep / "runs").symlink_to(committed / "runs", target_is_directory=True)
+    if sweep_json is not None:
+        (sweep / "sweep.json").write_text(sweep_json)
+    r = subprocess.run(
+        [sys.executable, "-m", "bench", "report", str(sweep)], cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, "BENCH_NO_PLOTS": "1"}, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "sweep.json: missing or holds no config" in r.stderr and "no precision targets" in r.stderr

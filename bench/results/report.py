@@ -10,6 +10,7 @@ bench.results.sections and bench.results.method; all are re-exported here.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,14 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     if not records:
         raise ValueError(f"{sweep_dir}: no run directories under {sweep_dir / 'runs'}")
     sweep = read_json(sweep_dir / "sweep.json") or {}
+    if not isinstance(sweep, dict) or not isinstance(sweep.get("config"), dict):
+        # the runs alone still make a report, but what the sweep planned is not known: say so
+        print(
+            f"warning: {sweep_dir / 'sweep.json'}: missing or holds no config (damaged, or not a sweep's); the "
+            "report is of the runs alone: no precision targets, planned runs or parity settings",
+            file=sys.stderr,
+        )
+        sweep = sweep if isinstance(sweep, dict) else {}
     tables = _base_tables(records, sweep)
     paths = {f"{name}.csv": write_csv(df, sweep_dir / f"{name}.csv") for name, df in tables.items()}
     draw = plots_wanted()
