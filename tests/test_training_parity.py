@@ -153,7 +153,10 @@ def test_the_negative_control_is_caught_without_failing_the_sweep(parity_sweeps)
     assert control.loc["loss", "verdict"].startswith("not equivalent: steps ")
     assert control.loc["loss", "worst_rms_arm"] > control.loc["loss", "worst_allowed"]
     report = (out / "report.md").read_text()
-    assert "Negative control `lr_off` (the baseline with a learning rate 1% higher): caught, not equivalent on loss" in report
+    assert (
+        "Negative control `lr_off` (the baseline with a learning rate 1% higher): caught, not equivalent on loss"
+        in report
+    )
     assert "Parity FAILED" not in report  # a negative control is never the sweep's parity failure
     summary = pd.read_csv(out / "summary.csv", keep_default_na=False)
     assert summary[summary.arm == "lr_off"].iloc[0].loss_parity.startswith("negative control (|Δ loss|")
