@@ -126,12 +126,21 @@ def test_rows_the_gate_cannot_decide_are_listed_and_not_counted_as_passed(tmp_pa
     assert rc == EXIT_FAILED and lines[-1] == "gate: FAILED (--fail-if-inconclusive): 1 not decided"
 
 
-def test_an_arm_that_no_longer_runs_in_b_fails(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("flag", "limit", "why"),
+    [
+        ("--fail-if-slower", "5", "B has no ok run (A: 11.60 samples/s)"),
+        ("--fail-if-gain-drops", "2", "B has no ok run of the arm (its gain in A: +16.0%)"),
+    ],
+)
+def test_an_arm_that_b_no_longer_runs_fails_either_gate(tmp_path, capsys, flag, limit, why):
+    """A measured Liger; B's Liger runs all ran out of memory: its speed and its gain are gone, not
+    'not decided' beside a passing baseline."""
     a = sweep(tmp_path / "a", REF)
     b = sweep(tmp_path / "b", {"baseline": [10.0, 10.05, 9.95, 10.0], "liger": [None, None, None, None]})
-    rc, lines, _ = gate(capsys, a, b, "--fail-if-slower", "5")
+    rc, lines, _ = gate(capsys, a, b, flag, limit)
     assert rc == EXIT_FAILED
-    assert lines[-1] == f"gate: FAILED: {NAME} liger B has no ok run (A: 11.60 samples/s)"
+    assert lines[-1] == f"gate: FAILED: {NAME} liger {why}"
 
 
 def test_a_row_missing_from_b_is_not_decided_and_a_new_row_in_b_is_not_held(tmp_path, capsys):
@@ -211,16 +220,6 @@ def test_the_floor_arms_are_yardsticks_not_arms_under_test():
     assert failures(summary) == {}
     summary.loc[2, "loss_parity"] = "FAIL in 1 of 1 pairs"
     assert list(failures(summary)) == [("c", "liger")]
-
-
-def test_the_gain_gate_fails_an_arm_that_b_no_longer_runs(tmp_path, capsys):
-    """A measured Liger's gain; B's Liger runs all ran out of memory: the gain is gone, not
-    'not decided' beside a passing baseline."""
-    a = sweep(tmp_path / "a", REF)
-    b = sweep(tmp_path / "b", {"baseline": [10.0, 10.05, 9.95, 10.0], "liger": [None, None, None, None]})
-    rc, lines, _ = gate(capsys, a, b, "--fail-if-gain-drops", "2")
-    assert rc == EXIT_FAILED
-    assert lines[-1] == f"gate: FAILED: {NAME} liger B has no ok run of the arm (its gain in A: +16.0%)"
 
 
 def test_a_run_listed_twice_in_runs_csv_is_refused_in_one_line(tmp_path, capsys):

@@ -92,7 +92,7 @@ class ParityKeys:
     compute_dtype: str | None = key(
         None,
         choices=COMPUTE_DTYPES,
-        doc="the dtype the forward computes in, for grad_norm_rtol; null: bfloat16 on a GPU, float32 on the CPU",
+        doc="the dtype the forward computes in, for grad_norm_rtol; null: float32 in a hardware: cpu sweep, else bfloat16",
     )
     min_loss_drop_pct: float = key(
         30.0, ge=0, doc="no verdict unless the baseline's loss falls this much from its first step (%)"

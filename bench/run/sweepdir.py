@@ -132,8 +132,8 @@ def check_out_dir(
                 "or new directory or its own sweep directory: choose another --out (make: OUT=DIR)"
             )
         return None
-    foreign = [n for n in not_ours(out_dir) if n.startswith("runs/")]
-    if force and foreign:  # a file of the user's beside the sweep stays; one among its runs would mix in
+    # with --force, a file of the user's beside the sweep stays; one among its runs would mix in
+    if force and (foreign := foreign_runs(out_dir)):
         raise SweepError(
             f"--force: {out_dir}/runs holds what this suite did not write ({_shown(foreign, 3)}); --force "
             "deletes only a sweep's own runs and reports: move those away, or choose another --out (make: OUT=DIR)"
@@ -176,30 +176,15 @@ def take_lock(out_dir: Path) -> int:
     return fd
 
 
-def _top_names() -> set[str]:
-    """The names a sweep writes at the top of its directory: SWEEP_ENTRIES, the report's files,
-    bench submit's slurm/."""
-    return (
-        {e.rstrip("/") for e in SWEEP_ENTRIES if "/" not in e.rstrip("/")}
-        | set(AGGREGATE_OUTPUTS)
-        | {"slurm"}
-    )
-
-
 def is_suite_run(rdir: Path) -> bool:
     """A directory under runs/ that a sweep wrote: it holds the run files the driver writes first."""
     return rdir.is_dir() and any((rdir / n).exists() for n in ("cell.json", "launch.json", "run.json"))
 
 
-def not_ours(out_dir: Path) -> list[str]:
-    """What a sweep directory holds that no sweep wrote (by name at its top, by run files under
-    runs/): what --force must not delete."""
-    if not out_dir.is_dir():
-        return []
-    top = sorted(p.name for p in out_dir.iterdir() if p.name not in _top_names())
+def foreign_runs(out_dir: Path) -> list[str]:
+    """What a sweep's runs/ holds that no sweep wrote (no run files): what --force must not delete."""
     runs = out_dir / "runs"
-    inside = sorted(f"runs/{p.name}" for p in runs.iterdir() if not is_suite_run(p)) if runs.is_dir() else []
-    return top + inside
+    return sorted(f"runs/{p.name}" for p in runs.iterdir() if not is_suite_run(p)) if runs.is_dir() else []
 
 
 def clear_results(out_dir: Path) -> None:
