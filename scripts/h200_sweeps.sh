@@ -44,6 +44,8 @@
 #   sfparity4b configs/h200-specforge-parity-4b.yaml: SpecForge CLI parity at the seed's shapes
 #   sfblocks  scripts/sf_blocks.py: one long SpecForge run whose host conditions (the VRAM poller,
 #             the main thread pinned) switch in 12-s blocks: their effect inside one process
+#   hostcopy  scripts/host_copy_probe.py: 96 s of pageable, fresh, pinned host-to-GPU copies, host
+#             memcpy and a GPU matmul, round after round: how much each wanders -> $OUT/host_copy.json
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
 #   parity    configs/h200-parity.yaml: training parity, 200 steps of the 4B draft on learnable data
 #             (baseline, A/A, Liger; `make parity-h200`)
@@ -151,6 +153,7 @@ for spec in $stages; do
     sfblocks) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-blocks python3 scripts/sf_blocks.py configs/h200-specforge-blocks.yaml --out $W/h200-specforge-blocks ;;
     sffaults) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage sf-faults bash scripts/sf_faults.sh ;;
+    hostcopy) run_stage host-copy python3 scripts/host_copy_probe.py --seconds 96 --out $OUT/host_copy.json ;;
     profile) run_stage profile bash -c profile ;;
     parity) run_stage h200-parity make parity-h200 INSTALL= PYTHON=python3 OUT=$W/h200-parity ;;
     sfparity) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-parity python3 -m bench sweep configs/h200-specforge-parity.yaml --out $W/h200-specforge-parity --resume ;;
