@@ -101,6 +101,7 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
         cells += entry_cells
     _check_unique(cells, fail)
     _check_sizes(top, cells, fail)
+    _check_lockstep(top, cells, fail)
     resolved = {**typed.as_dict(top), "cells": resolved_cells}
     return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved)
 
@@ -127,6 +128,7 @@ def _check_top(top: SweepKeys, readers: Readers, fail: Fail) -> SweepKeys:
             f"trainer_module: expected a Python module name like 'my_trainer', got {top.trainer_module!r}"
         )
     typed.check_choice(top, "order", "", fail)
+    typed.check_choice(top, "pairing", "", fail)
     typed.check_choice(top, "foreign_processes", "", fail)
     if top.repeats > MAX_PAIRS:
         raise fail(f"repeats: expected at most {MAX_PAIRS} pairs per cell, got {top.repeats}")
@@ -164,6 +166,31 @@ def _check_runs(top: SweepKeys, raw: dict, fail: Fail) -> None:
         raise fail(
             "repeats: not used with precision (pairs run from precision.min_pairs up to max_pairs); remove one"
         )
+
+
+LOCKSTEP_TRAINER = "specforge-cli"  # the trainer whose process hooks take turns (instrument.py)
+
+
+def _check_lockstep(top: SweepKeys, cells: list[Cell], fail: Fail) -> None:
+    """``pairing: lockstep`` puts a pair's two runs on one card, taking turns step by step: two
+    arms, one GPU and one node per run, the SpecForge CLI's process hooks, a warm-up step (the
+    first step runs in both at once)."""
+    if top.pairing != "lockstep":
+        return
+    need = "pairing: lockstep (both runs of a pair on one card, taking turns) needs"
+    if len(top.arms) != 2:
+        raise fail(f"{need} exactly two arms, got {len(top.arms)}: {', '.join(top.arms)}")
+    if top.warmup_steps < 1:
+        raise fail(f"{need} warmup_steps of at least 1: step 1 runs in both runs at once")
+    if top.prime_runs:
+        raise fail(f"{need} prime_runs: 0 (priming runs run alone; the first pair fills the caches)")
+    for c in cells:
+        if c.trainer != LOCKSTEP_TRAINER:
+            raise fail(f"{need} trainer: {LOCKSTEP_TRAINER}; cell {c.cell_id} runs {c.trainer}")
+        if c.gpus != 1 or c.nodes != 1:
+            raise fail(
+                f"{need} one GPU on one node per run; cell {c.cell_id} has {c.gpus} GPU(s), {c.nodes} node(s)"
+            )
 
 
 def _check_contrasts(contrasts: list[list[str]], arms: list[str], fail: Fail) -> None:

@@ -31,6 +31,7 @@ UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24}
 COMPUTE_DTYPES = tuple(UNIT_ROUNDOFF)
 
 ORDERS = ("interleaved", "shuffled")
+PAIRINGS = ("sequential", "lockstep")
 FOREIGN = ("warn", "refuse")  # what a run does when another process holds memory on the cards
 MODES = ("offline", "online")
 CAPACITY_AXES = ("batch_size", "seq_len")
@@ -151,6 +152,12 @@ class SweepKeys:
     repeats: int = key(3, ge=1, doc=f"pairs per cell without a precision target (at most {MAX_PAIRS})")
     order: str = key("interleaved", choices=ORDERS, doc="the arms in config order, or shuffled per pair")
     order_seed: int = key(0, doc="the seed of the shuffled order")
+    pairing: str = key(
+        "sequential",
+        choices=PAIRINGS,
+        doc="sequential: a pair's runs one after the other; lockstep: both on the card at once, "
+        "taking turns one optimizer step each (SpecForge CLI, one GPU, two arms)",
+    )
     steps: int = key(ge=1, doc=f"optimizer steps per run (at most {MAX_STEPS})")
     warmup_steps: int = key(ge=0, doc="steps dropped before measuring (fewer than steps)")
     timeout_s: float = key(600.0, gt=0, doc="a run's wall-clock limit")

@@ -69,6 +69,19 @@ def method_section(
         if len(warm)
         else "Runs compile from scratch (no shared compile cache)."
     )
+    pairing = (sweep.get("config") or {}).get("pairing") or "sequential"
+    pair_text = (
+        "a pair is one run of each arm started together, taking turns on the card one optimizer step each "
+        "(pairing: lockstep; step 1 runs in both at once and is dropped): a step's time is its own turn, from "
+        "taking the card to the end of its work on it, without the wait for the other run's step"
+        if pairing == "lockstep"
+        else "a pair is one run of each arm back to back"
+    )
+    if pairing == "lockstep":
+        poll = (
+            "Peak VRAM not polled: the pair shares the card; each run's own peak is its allocator's "
+            "(torch_peak_reserved_gib in runs.csv)"
+        )
     prime = (sweep.get("config") or {}).get("prime_runs") or 0
     if isinstance(prime, int) and prime > 0:
         cache += (
@@ -78,8 +91,8 @@ def method_section(
         )
     return [
         f"**Method.** {steps} optimizer steps per run, the first {warmup} dropped as warm-up; samples/s = total "
-        f"samples ÷ total steady-state step time. The unit of replication is the run (a process): a pair is "
-        f"one run of each arm back to back ({order_text}).",
+        f"samples ÷ total steady-state step time. The unit of replication is the run (a process): {pair_text} "
+        f"({order_text}).",
         "",
         f"{poll}. Δ samples/s vs baseline: ratio of geometric means, a 95% Student-t interval on the per-pair "
         f"log-ratios, back-transformed (used here: {methods}); Δ peak VRAM: paired t on GiB. Verdicts: "

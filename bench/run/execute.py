@@ -31,13 +31,21 @@ def launch_polled(
     env: dict,
     fork: bool = False,
     step: StepHooks | None = None,
+    pair_dirs: list[Path] | None = None,
 ) -> tuple[int, bool]:
     """The process tree, with this machine's cards polled around it (multi-node: each node
     polls its own beside its agent, bench/probe/nodevram.py, gathered here afterwards); ``step``:
-    the engine's hooks on it (a Slurm job step: found, ended with scancel, recorded)."""
+    the engine's hooks on it (a Slurm job step: found, ended with scancel, recorded).
+    ``pair_dirs``: the other run directories of a lockstep pair whose tree this is: the card is
+    shared, so nothing is polled (each run's allocator peak comes from inside its process) and the
+    limit is twice a run's."""
     poller = None
     multinode = run.cell.nodes > 1
-    if not cfg.polls(run.arm):
+    if pair_dirs is not None:
+        why = LOCKSTEP_VRAM
+        for d in [rdir, *pair_dirs]:
+            atomic_write_json(d / "vram.json", {"backend": "none", "status": "disabled", "reason": why})
+    elif not cfg.polls(run.arm):
         why = "poll_vram: false" if not cfg.poll_vram else f"arm {run.arm} runs without the poller"
         atomic_write_json(rdir / "vram.json", {"backend": "none", "status": "disabled", "reason": why})
     elif not multinode:
@@ -49,7 +57,7 @@ def launch_polled(
             argv,
             rdir / "stdout.log",
             rdir / "launch.json",
-            run.cell.timeout_s,
+            run.cell.timeout_s * (2 if pair_dirs is not None else 1),
             tick if step is None else _both(step.watch, tick),
             env,
             fork=fork,
@@ -63,6 +71,12 @@ def launch_polled(
     if multinode and cfg.polls(run.arm):
         quietly("VRAM gather", lambda: nodevram.gather(rdir, run.cell.nodes, rdir / "stdout.log"))
     return result
+
+
+LOCKSTEP_VRAM = (
+    "pairing: lockstep: both runs of the pair share the card, so the card's peak is the pair's; "
+    "each run's own peak is its allocator's (torch_peak_reserved_gib)"
+)
 
 
 def record_lost(rdir: Path, doc: dict, lost: Lost) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import bench.trainers.outcome as outcome
 from bench.config import Cell, Run, SweepConfig
-from bench.fileio import WriteError, atomic_write_json, writing
+from bench.fileio import WriteError, atomic_write_json, read_json, writing
 from bench.probe import vram
 from bench.procs import forkstart
 from bench.procs.launcher import mark_exit, now
@@ -24,6 +24,7 @@ from bench.run.sweepdir import (
     cache_dir_for,
     compile_cache_dir,
     git_commit,
+    pair_dir,
     prime_dir,
     run_dir,
     update_sweep_json,
@@ -129,6 +130,21 @@ class Session:
             self.say(f"fork server ready in {ready_s:.1f}s ({', '.join(preload)} imported once for all runs)")
             update_sweep_json(self.out_dir, fork_server={"preload": preload, "ready_s": round(ready_s, 2)})
 
+    def run_pair(self, runs: list[Run]) -> list[str]:
+        """Execute a lockstep pair (Session.execute_pair) on the progress display: its first run's line
+        ticks while both run; each run's outcome is shown."""
+        if not any(self.skipped(r) for r in runs):
+            self.start_server()
+        progress = self.progress
+        if progress is not None:
+            progress.start(runs[0])
+        tick = progress.ticker(runs[0], self.out_dir) if progress is not None else None
+        lines, seconds = execute.timed(lambda: self.execute_pair(runs, tick))
+        if progress is not None:
+            for run, line in zip(runs, lines):
+                progress.done(run, line, seconds)
+        return lines
+
     def run(self, run: Run, rdir: Path | None = None, show: bool = True, prime: bool = True) -> str:
         """Execute one run (with ``prime``, its priming runs first, the first time its cell and
         arm run here); ``show``: on the progress display."""
@@ -151,6 +167,22 @@ class Session:
         arm is skipped here or its cache failed) the polled process tree and the plug's reading-back
         of what the run left (run.json fixed when the trainer died, hung or never wrote an end
         status). Returns the run's one-line outcome."""
+        rdir, argv = self.plan(run, rdir)
+        refused = self.refusal(run, rdir)
+        if refused:
+            return refused
+        started, step = now(), self.engine.step(self.cfg, run)
+        env = execute.compile_env(self.compile_dir(run.cell))
+        rc, timed_out = execute.launch_polled(
+            self.cfg, run, rdir, argv, tick, env, fork=self.forks(run.cell), step=step
+        )
+        return self.read_back(run, rdir, rc, timed_out, started, step)
+
+    def plan(
+        self, run: Run, rdir: Path | None = None, lockstep: tuple[Path, int] | None = None
+    ) -> tuple[Path, list[str]]:
+        """The run's fresh directory with its cell.json, and the plug's command (``lockstep``: the
+        pair's directory and this run's role in it)."""
         cfg, out_dir = self.cfg, self.out_dir
         rdir = rdir if rdir is not None else run_dir(out_dir, run)
         with writing(rdir):
@@ -160,6 +192,8 @@ class Session:
         cache_dir = cache_dir_for(out_dir, run.cell)
         plug, compile_dir = self.plug(run.cell), self.compile_dir(run.cell)
         argv = plug.train_command(cfg, run, rdir, cache_dir)
+        if lockstep is not None:
+            argv = plug.lockstep_command(argv, *lockstep, last=run.cell.steps)
         warm = compile_dir is not None and any(p.is_file() for p in compile_dir.rglob("*"))  # not empty dirs
         record = execute.cell_record(cfg, run, argv, cache_dir, self.engine.placement())
         record["compile_cache"] = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
@@ -169,7 +203,14 @@ class Session:
                 "dir": str(pyc),
                 "warm": pyc.is_dir() and any(pyc.iterdir()),
             }
+        if lockstep is not None:
+            record["pairing"] = {"mode": "lockstep", "pair_dir": str(lockstep[0]), "role": lockstep[1]}
         atomic_write_json(rdir / "cell.json", record)
+        return rdir, argv
+
+    def refusal(self, run: Run, rdir: Path) -> str | None:
+        """The outcome of a run that does not start (its arm skipped here, its cache failed, another
+        process on the cards under ``foreign_processes: refuse``), recorded; None when it starts."""
         if self.skipped(run):
             return outcome.record(rdir, run, "skipped", self.skips[run.arm])
         cache_error = self.cache_errors.get(run.cell.cache_key())
@@ -178,12 +219,12 @@ class Session:
         refused = self._foreign(run)
         if refused:
             return outcome.record(rdir, run, "error", refused)
-        started, step = now(), self.engine.step(cfg, run)
-        env = execute.compile_env(compile_dir)
-        rc, timed_out = execute.launch_polled(
-            cfg, run, rdir, argv, tick, env, fork=self.forks(run.cell), step=step
-        )
-        doc = plug.reconcile(rdir, run, rc, timed_out, started)
+        return None
+
+    def read_back(self, run: Run, rdir: Path, rc: int, timed_out: bool, started: str, step=None) -> str:
+        """The plug's reading-back of what the run left (run.json), the engine's loss or the
+        machine's fault raised, launch.json marked finished; the run's one-line outcome."""
+        doc = self.plug(run.cell).reconcile(rdir, run, rc, timed_out, started)
         lost = (
             step.lost(rdir, rc) if step is not None and not timed_out and doc.get("status") != "ok" else None
         )
@@ -196,6 +237,47 @@ class Session:
             raise WriteError(fault, f"{os.strerror(fault)} (the run stopped: {doc.get('reason')})", str(rdir))
         mark_exit(rdir / "launch.json", rc, timed_out)
         return console.outcome_line(rdir)
+
+    def execute_pair(self, runs: list[Run], tick: Callable[[], None] | None = None) -> list[str]:
+        """A lockstep pair (``pairing: lockstep``): both runs started at once as one process tree
+        (bench/procs/pair.py), taking turns on the card one optimizer step each. A run that cannot
+        start makes its partner's outcome the same (a lockstep pair runs whole or not at all)."""
+        pdir = pair_dir(self.out_dir, runs[0])
+        with writing(pdir):
+            shutil.rmtree(pdir, ignore_errors=True)
+            pdir.mkdir(parents=True)
+            for role in range(2):
+                os.mkfifo(pdir / f"to{role}")
+        planned = [self.plan(run, lockstep=(pdir, role)) for role, run in enumerate(runs)]
+        refused = [self.refusal(run, rdir) for run, (rdir, _) in zip(runs, planned)]
+        if any(refused):
+            why = next(r for r in refused if r)
+            return [
+                r or outcome.record(rd, run, "error", f"its lockstep partner did not start: {why}")
+                for r, run, (rd, _) in zip(refused, runs, planned)
+            ]
+        (rdir_a, argv_a), (rdir_b, argv_b) = planned
+        second = {"argv": argv_b, "log": str(rdir_b / "stdout.log"), "exit": str(pdir / "second_exit.json")}
+        atomic_write_json(pdir / "second.json", second)
+        argv = [sys.executable, "-m", "bench.procs.pair", str(pdir / "second.json"), "--", *argv_a]
+        started = now()
+        env = execute.compile_env(self.compile_dir(runs[0].cell))
+        rc, timed_out = execute.launch_polled(self.cfg, runs[0], rdir_a, argv, tick, env, pair_dirs=[rdir_b])
+        for role in range(2):  # the FIFOs: nothing to keep (a copied or archived sweep holds no pipes)
+            (pdir / f"to{role}").unlink(missing_ok=True)
+        launch = read_json(rdir_a / "launch.json")
+        atomic_write_json(
+            rdir_b / "launch.json",
+            {**(launch if isinstance(launch, dict) else {}), "pair_of": runs[0].run_id},
+        )
+        second_exit = read_json(pdir / "second_exit.json")
+        rc_b = second_exit.get("exit_code") if isinstance(second_exit, dict) else None
+        rc_b = rc_b if isinstance(rc_b, int) else (rc if timed_out else -9)
+        rc_b = rc_b if rc_b >= 0 else 128 - rc_b
+        return [
+            self.read_back(runs[0], rdir_a, rc, timed_out, started),
+            self.read_back(runs[1], rdir_b, rc_b, timed_out, started),
+        ]
 
     def _foreign(self, run: Run) -> str | None:
         """With ``foreign_processes: refuse``, why the run does not start: another process holds

@@ -75,6 +75,10 @@ def run_sweep(
         raise SweepError(
             "--resume and --force exclude each other: --resume finishes a sweep, --force starts it over"
         )
+    if cfg.pairing == "lockstep" and capacity:
+        raise SweepError(
+            f"{cfg.path}: pairing: lockstep times pairs of arms; a capacity search runs one arm at a time"
+        )
     if capacity and cfg.capacity is None:
         raise SweepError(
             f"{cfg.path}: capacity: missing; `bench capacity` needs a capacity section (docs/method.md)"
@@ -230,14 +234,27 @@ def retry_line(rounds: list[dict], verb: str) -> str:
 
 
 def run_pending(session: Session, runs: list[Run]) -> None:
-    """Run the unfinished runs in order (a resumed sweep with nothing left never starts the fork server)."""
+    """Run the unfinished runs in order (a resumed sweep with nothing left never starts the fork
+    server); with ``pairing: lockstep``, each unfinished pair whole, both runs at once."""
+    units = lockstep_pairs(runs) if session.cfg.pairing == "lockstep" else [[r] for r in runs]
+    for unit in units:
+        if all(is_finished(run_dir(session.out_dir, r)) for r in unit):
+            continue
+        session.run(unit[0]) if len(unit) == 1 else session.run_pair(unit)
+        for line in (
+            quietly("running Δ", lambda run=unit[-1]: console.running_deltas(session.out_dir, runs, run))
+            or []
+        ):
+            session.say(line)
+
+
+def lockstep_pairs(runs: list[Run]) -> list[list[Run]]:
+    """The runs of each round (a cell's repeat) together, in the round's order: role 0 is the arm the
+    round's order puts first (``order: shuffled`` draws it per round)."""
+    rounds: dict[tuple[str, int], list[Run]] = {}
     for run in runs:
-        if not is_finished(run_dir(session.out_dir, run)):
-            session.run(run)
-            for line in (
-                quietly("running Δ", lambda run=run: console.running_deltas(session.out_dir, runs, run)) or []
-            ):
-                session.say(line)
+        rounds.setdefault((run.cell.cell_id, run.repeat), []).append(run)
+    return list(rounds.values())
 
 
 def extend_by_precision(session: Session) -> list[Run]:

@@ -87,6 +87,12 @@ def prime_dir(out_dir: Path, run: Run) -> Path:
     return out_dir / "prime" / run.run_id
 
 
+def pair_dir(out_dir: Path, run: Run) -> Path:
+    """Where a lockstep pair's FIFOs and launch files go (``pairing: lockstep``): beside runs/,
+    never read as a result; named for the pair's first run."""
+    return out_dir / "pairs" / run.run_id
+
+
 def cache_dir_for(out_dir: Path, cell: Cell) -> Path | None:
     """The offline hidden-state cache a cell reads (None for online cells)."""
     return out_dir / "cache" / cell.cache_key() if cell.prepared else None
@@ -188,7 +194,7 @@ def foreign_runs(out_dir: Path) -> list[str]:
 
 
 def clear_results(out_dir: Path) -> None:
-    """--force: delete the sweep's own runs (runs/<id> holding run files), prime/, sweep.json and
+    """--force: delete the sweep's own runs (runs/<id> holding run files), prime/, pairs/, sweep.json and
     the aggregation outputs; cache/ and the user's own files beside them stay (check_out_dir
     has refused a runs/ holding anything else)."""
     runs = out_dir / "runs"
@@ -199,6 +205,7 @@ def clear_results(out_dir: Path) -> None:
         if not any(runs.iterdir()):
             runs.rmdir()
     shutil.rmtree(out_dir / "prime", ignore_errors=True)
+    shutil.rmtree(out_dir / "pairs", ignore_errors=True)
     for path in [out_dir / "sweep.json", *(out_dir / n for n in AGGREGATE_OUTPUTS)]:
         path.unlink(missing_ok=True)
 

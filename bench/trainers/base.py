@@ -48,6 +48,13 @@ class TrainerPlug(Protocol):
         """The whole command line of one run (launcher included), writing into ``rdir``."""
         ...
 
+    def lockstep_command(self, argv: list[str], pair_dir: Path, role: int, last: int) -> list[str]:
+        """``argv`` (train_command's) as one run of a lockstep pair (``pairing: lockstep``): taking
+        turns on the card with the other run, one optimizer step each, through ``pair_dir``'s
+        FIFOs; ``role`` 0 steps first; the turns end after step ``last``. Only the SpecForge CLI's
+        plug has it; the config refuses lockstep for other trainers."""
+        ...
+
     def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
         """The command that writes a cell's offline cache into ``cache_dir``."""
         ...

@@ -1,7 +1,8 @@
 """Hooks inside one SpecForge process: ``PYTHON instrument.py [--probe OUT FIRST COUNT]
-[--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] -m MODULE ARGS...`` runs ``python -m MODULE ARGS``
-(``runpy``, as a command line would) after hooking every optimizer's step. ``--gc-freeze``:
-GcFreeze below; ``--perturb-ulp``: PerturbUlp (the aa_eps arm). ``--probe``:
+[--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] [--lockstep DIR ROLE LAST OUT] -m MODULE ARGS...``
+runs ``python -m MODULE ARGS`` (``runpy``, as a command line would) after hooking every
+optimizer's step. ``--gc-freeze``: GcFreeze below; ``--perturb-ulp``: PerturbUlp (the aa_eps arm);
+``--lockstep``: Lockstep (the two runs of a pair take turns on one card). ``--probe``:
 what the process did while it trained, written to OUT (JSON) once optimizer step FIRST + COUNT
 has run:
 
@@ -291,10 +292,99 @@ class PerturbUlp:
         os.replace(self.out + ".tmp", self.out)
 
 
-def install(probe: list | None = None, gc_freeze: str | None = None, perturb_ulp: str | None = None) -> None:
+class Lockstep:
+    """The two runs of a lockstep pair take turns on one card, one optimizer step each: role 0
+    runs step k while role 1 waits, then role 1 runs its step k while role 0 waits, and so on
+    (step 1, which compiles, runs in both at once and is a warm-up step). The turn passes after
+    the step's update, once the card has finished the step's work (``cuda.synchronize``), through
+    two FIFOs in DIR that the driver made: ``to0`` (role 0's inbox) and ``to1``, each message a
+    step number. A run's step therefore has the card and the host to itself, and both arms of a
+    pair see the host's slowly wandering state at most one step apart.
+
+    OUT (JSON lines, one per step, written before SpecForge logs the step): ``own_s``, the time
+    from taking the turn to the step's end on the card (the step's time, without the wait), and
+    that span's wall-clock ends (``started``, ``ended``);
+    ``wait_s``, the wait for the partner's step; the allocator's peaks so far; ``alone``, once the
+    partner has gone (it died, or its run ended): the run then goes on by itself. Role 1 does not
+    wait after step LAST (its run ends there), so neither run waits for a step that never comes."""
+
+    POLL_S = 1.0  # how often a wait checks that the partner is still alive
+    START_S = 120.0  # a partner that has not written its pid by then never started its hooks
+
+    def __init__(self, pair_dir: str, role: int, last: int, out: str):
+        self.role, self.last, self.out = int(role), int(last), out
+        self.inbox = os.open(os.path.join(pair_dir, f"to{self.role}"), os.O_RDWR)
+        self.outbox = os.open(os.path.join(pair_dir, f"to{1 - self.role}"), os.O_RDWR)
+        self.pid_dir = pair_dir
+        with open(os.path.join(pair_dir, f"pid{self.role}"), "w") as f:
+            f.write(str(os.getpid()))
+        self.step, self.heard, self.alone = 0, 0, False
+        self.buf = b""
+        self.t_turn = self.t_install = time.perf_counter()
+
+    def _partner_alive(self) -> bool:
+        try:
+            with open(os.path.join(self.pid_dir, f"pid{1 - self.role}")) as f:
+                os.kill(int(f.read().strip()), 0)
+            return True
+        except FileNotFoundError:  # it writes its pid when its hooks are installed, seconds after its start
+            return time.perf_counter() - self.t_install < self.START_S
+        except (ProcessLookupError, ValueError):
+            return False
+        except PermissionError:
+            return True
+
+    def _wait_for(self, step: int) -> None:
+        import select
+
+        while self.heard < step and not self.alone:
+            ready, _, _ = select.select([self.inbox], [], [], self.POLL_S)
+            if ready:
+                self.buf += os.read(self.inbox, 4096)
+                *lines, self.buf = self.buf.split(b"\n")
+                self.heard = max([self.heard, *(int(x) for x in lines if x.strip())])
+            elif not self._partner_alive():
+                self.alone = True
+
+    def __call__(self, _optimizer, _args, _kwargs) -> None:
+        import torch
+
+        self.step += 1
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
+            torch.cuda.synchronize()
+        ended, ended_wall = time.perf_counter(), time.time()
+        own = ended - self.t_turn
+        os.write(self.outbox, f"{self.step}\n".encode())
+        if self.role == 0:
+            self._wait_for(self.step)
+        elif self.step < self.last:
+            self._wait_for(self.step + 1)
+        self.t_turn = time.perf_counter()
+        rec = {
+            "step": self.step,
+            "own_s": round(own, 6),
+            "wait_s": round(self.t_turn - ended, 6),
+            "ended": ended_wall,  # time.time() when the step's work on the card was done
+            "started": ended_wall - own,  # ... and when its turn began
+            "alone": self.alone,
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
+            "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+        }
+        with open(self.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def install(
+    probe: list | None = None,
+    gc_freeze: str | None = None,
+    perturb_ulp: str | None = None,
+    lockstep: list | None = None,
+) -> None:
     """Hook every optimizer's step in this process (also a run forked by warmserver.py):
     ``probe`` = [OUT, FIRST, COUNT] (Probe), ``gc_freeze`` = OUT (GcFreeze), ``perturb_ulp`` =
-    OUT[:DTYPE] (PerturbUlp)."""
+    OUT[:DTYPE] (PerturbUlp), ``lockstep`` = [DIR, ROLE, LAST, OUT] (Lockstep; hooked last, so
+    that the other hooks' work is part of the step it timed)."""
     import gc
 
     import torch.optim.optimizer as opt
@@ -311,9 +401,14 @@ def install(probe: list | None = None, gc_freeze: str | None = None, perturb_ulp
         gc.callbacks.append(hook.on_gc)
     if gc_freeze:
         opt.register_optimizer_step_post_hook(GcFreeze(gc_freeze))
+    if lockstep:
+        opt.register_optimizer_step_post_hook(Lockstep(*lockstep))
 
 
-USAGE = "usage: instrument.py [--probe OUT FIRST COUNT] [--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] -m MODULE ARGS..."
+USAGE = (
+    "usage: instrument.py [--probe OUT FIRST COUNT] [--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] "
+    "[--lockstep DIR ROLE LAST OUT] -m MODULE ARGS..."
+)
 
 
 def parse(argv: list[str]) -> tuple[dict, list[str]]:
@@ -326,6 +421,8 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
             opts["gc_freeze"], i = argv[i + 1], i + 2
         elif argv[i] == "--perturb-ulp" and i + 1 < len(argv):
             opts["perturb_ulp"], i = argv[i + 1], i + 2
+        elif argv[i] == "--lockstep" and i + 4 < len(argv):
+            opts["lockstep"], i = argv[i + 1 : i + 5], i + 5
         else:
             raise ValueError(f"{USAGE} (not {argv[i]!r})")
     if i + 1 >= len(argv):

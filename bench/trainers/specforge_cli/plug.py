@@ -206,6 +206,11 @@ class SpecForgeCliPlug:
             config = Path(cell.train_config).resolve()
         return [*wrap, "--", *self.spec_command(cfg, run, rdir, config)]
 
+    def lockstep_command(self, argv: list[str], pair_dir: Path, role: int, last: int) -> list[str]:
+        """The wrapper's command with ``--lockstep`` (instrument.py's Lockstep in SpecForge's process)."""
+        cut = argv.index("--")
+        return [*argv[:cut], "--lockstep", str(pair_dir), str(role), str(last), *argv[cut:]]
+
     def warm_socket(self) -> str:
         """Where this driver's warm server of the user's interpreter listens (its first run starts it)."""
         return str(Path(tempfile.gettempdir()) / f"bench-specforge-warm-{os.getpid()}.sock")

@@ -21,7 +21,11 @@ It runs in the driver's process group (a timeout's group kill reaches SpecForge 
    SpecForge's process after its first optimizer step (``DIR/gc_freeze.json``); with
    ``--perturb-ulp DTYPE`` (the aa_eps arm), move every weight by one ulp of DTYPE (``param``: its
    own) before step 1's update (``DIR/perturb.json``); with $BENCH_SPECFORGE_PROBE, its probe (below);
-6. at the end removes what SpecForge wrote into its output directory and the links, ends any
+6. with ``--lockstep PAIR_DIR ROLE LAST`` (a sweep's ``pairing: lockstep``), has instrument.py take
+   turns on the card with the pair's other run, one optimizer step each, and writes each step's
+   own time (the turn's, without the wait: ``DIR/lockstep.jsonl``) into its metrics row in place of
+   SpecForge's window, which holds the partner's step too;
+7. at the end removes what SpecForge wrote into its output directory and the links, ends any
    process of the run left behind (SpecForge's own workers), and records in ``DIR/specforge.json``
    how the run started and ended, how long the exit took and what was removed.
 
@@ -85,6 +89,7 @@ PROBE_ENV = "BENCH_SPECFORGE_PROBE"
 PYSPY_ENV = "BENCH_PYSPY"
 PERTURB = "perturb.json"  # what the aa_eps arm moved (instrument.py's PerturbUlp)
 GC_FREEZE = "gc_freeze.json"  # what gc.freeze() after step 1 froze (instrument.py's GcFreeze)
+LOCKSTEP = "lockstep.jsonl"  # each step's own time and wait in a lockstep pair (instrument.py's Lockstep)
 STARTUP_LINES = 80  # the lines before step 1 kept with their arrival times (where the start goes)
 
 
@@ -171,17 +176,71 @@ class Stopper:
                 self.proc.signal(signal.SIGKILL)  # its session's group: anything that left the tree
 
 
+def lockstep_records(path: Path) -> dict[int, dict]:
+    """instrument.py's Lockstep records by step ({} before the first, or for a run not in a pair)."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            out[int(rec["step"])] = rec
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short
+    return out
+
+
+def own_step_time(row: dict, rec: dict | None) -> dict:
+    """A metrics row of a lockstep run: its step time is the turn's own (``own_s``), not SpecForge's
+    window (which holds the partner's step and the wait); the rates follow; the allocator's peaks
+    come from inside the process (the card is shared, so the poller's are the pair's)."""
+    if rec is None:
+        return {**row, "step_time_s": None, "samples_per_s": None, "tokens_per_s": None}
+    own = float(rec["own_s"])
+    out = {**row, "step_time_s": own}
+    if row.get("samples") is not None and own > 0:
+        out["samples_per_s"] = row["samples"] / own
+        out["tokens_per_s"] = row["tokens"] / own if row.get("tokens") is not None else None
+    for key in ("reserved", "allocated"):
+        peak = rec.get(f"peak_{key}_bytes")
+        out[f"torch_peak_{key}_gib"] = peak / 2**30 if isinstance(peak, int) else None
+    return out
+
+
+def lockstep_summary(path: Path) -> dict:
+    """specforge.json's account of a lockstep run: steps timed, the waits, whether it went on alone."""
+    recs = lockstep_records(path)
+    alone = [s for s, r in sorted(recs.items()) if r.get("alone")]
+    return {
+        "steps": len(recs),
+        "wait_s": round(sum(float(r.get("wait_s") or 0) for r in recs.values()), 3),
+        "alone_from_step": alone[0] if alone else None,
+    }
+
+
 def stream(
-    proc, metrics: Path, collector: StepCollector, t0: float, stop_after: int, stopper: Stopper
+    proc,
+    metrics: Path,
+    collector: StepCollector,
+    t0: float,
+    stop_after: int,
+    stopper: Stopper,
+    lockstep: Path | None = None,
 ) -> dict:
     """Pass SpecForge's output through, writing each finished step; stop SpecForge once step
-    ``stop_after`` is written (0: never). Returns what was seen: the time of the first and last
-    step, the last step, how many lines, the first lines."""
+    ``stop_after`` is written (0: never). ``lockstep``: the run's Lockstep records, whose own step
+    times replace SpecForge's. Returns what was seen: the time of the first and last step, the last
+    step, how many lines, the first lines."""
     seen = {"first": None, "last": None, "last_step": None, "lines": 0, "head": [], "startup": []}
     pyspy = _pyspy_spec()
     with metrics.open("a") as out:
 
         def write(rows: list[dict]) -> None:
+            if lockstep is not None and rows:
+                recs = lockstep_records(lockstep)
+                rows = [own_step_time(row, recs.get(row["step"])) for row in rows]
             for row in rows:
                 out.write(json.dumps(row) + "\n")
                 seen["last_step"] = row["step"]
@@ -290,6 +349,10 @@ def instrument(args) -> tuple[dict, dict]:
     if args.perturb_ulp:
         hooks["perturb_ulp"] = f"{args.run_dir / PERTURB}:{args.perturb_ulp}"
         how["perturb_ulp"] = {"before_step": 1, "ulp_of": args.perturb_ulp, "output": PERTURB}
+    if args.lockstep:
+        pair_dir, role, last = args.lockstep
+        hooks["lockstep"] = [pair_dir, role, last, str(args.run_dir / LOCKSTEP)]
+        how["lockstep"] = {"pair_dir": pair_dir, "role": int(role), "last": int(last), "output": LOCKSTEP}
     return hooks, how
 
 
@@ -308,6 +371,7 @@ def start(args, command: list[str]) -> tuple[object, dict]:
         how = {"start": "exec"}
     if hooks and command[1:2] == ["-m"]:
         flags = ["--probe", *map(str, hooks["probe"])] if "probe" in hooks else []
+        flags += ["--lockstep", *map(str, hooks["lockstep"])] if "lockstep" in hooks else []
         for key in ("gc_freeze", "perturb_ulp"):
             flags += [f"--{key.replace('_', '-')}", hooks[key]] if key in hooks else []
         command = [command[0], str(INSTRUMENT), *flags, *command[1:]]
@@ -339,6 +403,12 @@ def parse(argv: list[str]):
         choices=("param", "bfloat16", "float16"),
         help="every weight moved by one ulp (of this dtype, or its own) before step 1's update",
     )
+    ap.add_argument(
+        "--lockstep",
+        nargs=3,
+        metavar=("PAIR_DIR", "ROLE", "LAST"),
+        help="take turns on the card with the pair's other run (its FIFOs in PAIR_DIR), one step each",
+    )
     return ap.parse_args(argv[:cut]), argv[cut + 1 :]
 
 
@@ -365,7 +435,13 @@ def main(argv: list[str] | None = None) -> int:
     proc, how = start(args, command)
     stopper = holder["stopper"] = Stopper(proc)
     seen = stream(
-        proc, rdir / "metrics.jsonl", StepCollector(args.world, args.seq_len), t0, args.stop_after, stopper
+        proc,
+        rdir / "metrics.jsonl",
+        StepCollector(args.world, args.seq_len),
+        t0,
+        args.stop_after,
+        stopper,
+        rdir / LOCKSTEP if args.lockstep else None,
     )
     rc = proc.wait()
     ended = time.time()
@@ -398,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
             "first_lines": seen["head"],
             "startup_lines": seen["startup"],
             **({"pyspy": seen["pyspy"]} if "pyspy" in seen else {}),
+            **({"lockstep_summary": lockstep_summary(rdir / LOCKSTEP)} if args.lockstep else {}),
             "wall_s": round(time.monotonic() - t0, 3),
         },
     )
