@@ -1,0 +1,195 @@
+"""``pairing: lockstep``: a pair's two runs on one card at once, taking turns one optimizer step
+each. The turn protocol inside real processes with a real torch optimizer (instrument.py's
+Lockstep: strict alternation, a partner that dies), the config's refusals, and a whole A/B of the
+real SpecForge CLI (PyPI 0.2.0, tests/upstream_env.py) in lockstep end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.config import SweepError
+from bench.trainers import load_config
+from tests.helpers import CONFIGS, REPO, built_once
+from tests.upstream_env import upstream_python
+
+TINY = CONFIGS / "train" / "tiny-offline.yaml"
+INSTRUMENT = REPO / "bench" / "trainers" / "specforge_cli" / "instrument.py"
+LOOP = """
+import sys, time, torch
+w = torch.nn.Parameter(torch.ones(4))
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(int(sys.argv[1])):
+    (w * w).sum().backward()
+    time.sleep(0.05)  # the step's work
+    opt.step()
+    opt.zero_grad()
+    print(f"step {step + 1}", flush=True)
+"""
+
+
+def turn_taker(tmp: Path, role: int, steps: int, last: int) -> subprocess.Popen:
+    (tmp / "loop.py").write_text(LOOP)
+    argv = [sys.executable, str(INSTRUMENT), "--lockstep", str(tmp), str(role), str(last)]
+    argv += [str(tmp / f"rec{role}.jsonl"), "-m", "loop", str(steps)]
+    env = {**os.environ, "PYTHONPATH": str(tmp)}
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def fifos(tmp: Path) -> None:
+    for role in range(2):
+        os.mkfifo(tmp / f"to{role}")
+
+
+def records(tmp: Path, role: int) -> list[dict]:
+    return [json.loads(line) for line in (tmp / f"rec{role}.jsonl").read_text().splitlines()]
+
+
+def test_the_two_processes_take_strict_turns_from_step_2_and_neither_waits_past_the_last(tmp_path):
+    fifos(tmp_path)
+    procs = [turn_taker(tmp_path, role, 6, 6) for role in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0, out
+    spans = sorted(
+        (r["started"], r["ended"], role, r["step"]) for role in range(2) for r in records(tmp_path, role)
+    )
+    later = [s for s in spans if s[3] >= 2]
+    assert [(role, step) for _, _, role, step in later] == [(r, k) for k in range(2, 7) for r in (0, 1)]
+    for a, b in zip(later, later[1:]):
+        assert a[1] <= b[0] + 1e-3, (a, b)  # one turn ends before the next begins
+    for role in range(2):
+        recs = records(tmp_path, role)
+        assert [r["step"] for r in recs] == list(range(1, 7))
+        assert all(0.05 <= r["own_s"] < 1.0 for r in recs[1:])  # the step's own work, not the wait
+        assert not any(r["alone"] for r in recs)
+    assert records(tmp_path, 1)[-1]["wait_s"] < 0.05  # role 1 does not wait after the last step
+
+
+def test_a_partner_that_dies_leaves_the_other_run_going_on_alone(tmp_path):
+    fifos(tmp_path)
+    survivor = turn_taker(tmp_path, 0, 6, 6)
+    partner = turn_taker(tmp_path, 1, 6, 6)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the partner has finished its step 2
+        if (tmp_path / "rec1.jsonl").exists() and len(records(tmp_path, 1)) >= 2:
+            break
+        time.sleep(0.05)
+    partner.send_signal(signal.SIGKILL)
+    partner.wait()
+    t0 = time.monotonic()
+    out, _ = survivor.communicate(timeout=60)
+    assert survivor.returncode == 0, out
+    assert time.monotonic() - t0 < 15  # it noticed within a few of its polls, not at a timeout
+    recs = records(tmp_path, 0)
+    assert [r["step"] for r in recs] == list(range(1, 7))
+    assert recs[-1]["alone"] and not recs[0]["alone"]
+
+
+def sweep_doc(tmp_path: Path, **top) -> Path:
+    doc = {
+        "name": "lock",
+        "hardware": "any",
+        "trainer": "specforge-cli",
+        "arms": ["baseline", "aa"],
+        "pairing": "lockstep",
+        "steps": 4,
+        "warmup_steps": 1,
+        "cells": [{"config": str(TINY), "batch_size": [2], "seq_len": [128]}],
+        **top,
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("top", "needle"),
+    [
+        ({"arms": ["baseline", "aa", "nopoll"]}, "exactly two arms, got 3"),
+        ({"warmup_steps": 0}, "warmup_steps of at least 1"),
+        ({"prime_runs": 1}, "prime_runs: 0"),
+        (
+            {"trainer": "embedded"},
+            "trainer: specforge-cli",
+        ),
+        ({"pairing": "together"}, "pairing: expected one of sequential, lockstep"),
+    ],
+)
+def test_a_lockstep_sweep_it_cannot_run_is_refused_in_one_line(tmp_path, top, needle):
+    with pytest.raises(SweepError) as e:
+        load_config(sweep_doc(tmp_path, **top))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ the real SpecForge CLI
+
+
+def build_ab(root: Path) -> dict:
+    cache = root / "inputs"
+    prep = [
+        sys.executable,
+        "-m",
+        "bench.trainers.specforge_cli.inputs",
+        str(CONFIGS / "train" / "tiny-offline.yaml"),
+    ]
+    subprocess.run(
+        [*prep, "--seq-len", "128", "--output-dir", str(cache)], cwd=REPO, check=True, capture_output=True
+    )
+    argv = [sys.executable, "-m", "bench", "ab", "--trainer", "specforge-cli", "-c", str(cache / "run.yaml")]
+    argv += ["--python", str(upstream_python()), "--out", str(root / "out"), "--seq-len", "128"]
+    argv += ["--arms", "baseline,aa", "--pairs", "2", "--steps", "5", "--set-sweep", "pairing=lockstep"]
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return {"output": r.stdout + r.stderr}
+
+
+@pytest.fixture(scope="module")
+def ab(tmp_path_factory):
+    root, done = built_once(tmp_path_factory, "specforge-lockstep", build_ab)
+    return root / "out", done["output"]
+
+
+def metrics(rdir: Path) -> list[dict]:
+    return [json.loads(line) for line in (rdir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_lockstep_ab_of_the_real_cli_alternates_steps_and_times_each_by_its_own_turn(ab):
+    out, _ = ab
+    for repeat in (1, 2):
+        rdirs = sorted((out / "runs").glob(f"*_r{repeat}"))
+        assert len(rdirs) == 2
+        spans = []
+        for rdir in rdirs:
+            assert json.loads((rdir / "run.json").read_text())["status"] == "ok"
+            recs = {r["step"]: r for r in map(json.loads, (rdir / "lockstep.jsonl").read_text().splitlines())}
+            rows = metrics(rdir)
+            assert [r["step"] for r in rows] == list(range(1, 6))
+            assert all(r["step_time_s"] == recs[r["step"]]["own_s"] for r in rows)
+            spans += [(r["started"], r["ended"], rdir.name) for k, r in recs.items() if k >= 2]
+            cell = json.loads((rdir / "cell.json").read_text())
+            assert cell["pairing"]["mode"] == "lockstep"
+            assert json.loads((rdir / "vram.json").read_text())["status"] == "disabled"
+        spans.sort()
+        assert all(a[1] <= b[0] + 1e-3 and a[2] != b[2] for a, b in zip(spans, spans[1:]))
+        losses = [[r["loss"] for r in metrics(d)] for d in rdirs]
+        assert losses[0] == losses[1]  # baseline and aa compute the same, turns or not
+    assert not [p for p in (out / "pairs").rglob("*") if p.is_fifo()]  # nothing left that cannot be copied
+
+
+@pytest.mark.slow
+def test_the_report_says_how_a_lockstep_pair_was_timed(ab):
+    out, text = ab
+    report = (out / "report.md").read_text()
+    assert "taking turns on the card one optimizer step each" in report
+    assert "Peak VRAM not polled: the pair shares the card" in report
+    assert "runs: 4 ok" in text
