@@ -41,12 +41,14 @@
 #             (run with SMI=0 so that nothing else reads the card)
 #   sflockstep configs/h200-specforge-verdict-lockstep.yaml: the learnable verdict with each pair's
 #             runs on the card at once, taking turns one optimizer step each (pairing: lockstep)
+#   sflockgc  configs/h200-specforge-verdict-lockstep-gcfreeze.yaml: the same with gc.freeze() after
+#             step 1 and a fixed 9 pairs (is the Liger runs' one-step pause a full collection?)
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   pcontrol  configs/h200-parity-control.yaml: our trainer's 4B parity with the lr_off negative control
 #   sfparity4b configs/h200-specforge-parity-4b.yaml: SpecForge CLI parity at the seed's shapes
 #   sfblocks  scripts/sf_blocks.py: one long SpecForge run whose host conditions (the VRAM poller,
 #             the main thread pinned) switch in 12-s blocks: their effect inside one process
-#   hostcopy  scripts/host_copy_probe.py: 96 s of pageable, fresh, pinned host-to-GPU copies, host
+#   hostcopy  scripts/host_copy_probe.py: 80 s of pageable, fresh, pinned host-to-GPU copies, host
 #             memcpy and a GPU matmul, round after round: how much each wanders -> $OUT/host_copy.json
 #   profile   cProfile of one warm 4B run (startup: where step 1's time goes) -> $OUT/profile.txt
 #   parity    configs/h200-parity.yaml: training parity, 200 steps of the 4B draft on learnable data
@@ -70,7 +72,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -149,6 +151,8 @@ for spec in $stages; do
         run_stage h200-specforge-verdict-quiet python3 -m bench sweep configs/h200-specforge-verdict-quiet.yaml --out $W/h200-specforge-verdict-quiet --resume ;;
     sflockstep) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-verdict-lockstep python3 -m bench sweep configs/h200-specforge-verdict-lockstep.yaml --out $W/h200-specforge-verdict-lockstep --resume ;;
+    sflockgc) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-verdict-lockstep-gcfreeze python3 -m bench sweep configs/h200-specforge-verdict-lockstep-gcfreeze.yaml --out $W/h200-specforge-verdict-lockstep-gcfreeze --resume ;;
     sfparity200) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-parity-4b-200 python3 -m bench sweep configs/h200-specforge-parity-4b-200.yaml --out $W/h200-specforge-parity-4b-200 --resume ;;
     pcontrol) run_stage h200-parity-control python3 -m bench sweep configs/h200-parity-control.yaml --out $W/h200-parity-control --resume ;;
@@ -157,7 +161,7 @@ for spec in $stages; do
     sfblocks) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-blocks python3 scripts/sf_blocks.py configs/h200-specforge-blocks.yaml --out $W/h200-specforge-blocks ;;
     sffaults) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage sf-faults bash scripts/sf_faults.sh ;;
-    hostcopy) run_stage host-copy python3 scripts/host_copy_probe.py --seconds 96 --out $OUT/host_copy.json ;;
+    hostcopy) run_stage host-copy python3 scripts/host_copy_probe.py --seconds 80 --out $OUT/host_copy.json ;;
     profile) run_stage profile bash -c profile ;;
     parity) run_stage h200-parity make parity-h200 INSTALL= PYTHON=python3 OUT=$W/h200-parity ;;
     sfparity) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-parity python3 -m bench sweep configs/h200-specforge-parity.yaml --out $W/h200-specforge-parity --resume ;;

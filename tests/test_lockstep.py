@@ -24,12 +24,14 @@ from tests.upstream_env import upstream_python
 TINY = CONFIGS / "train" / "tiny-offline.yaml"
 INSTRUMENT = REPO / "bench" / "trainers" / "specforge_cli" / "instrument.py"
 LOOP = """
-import sys, time, torch
+import gc, sys, time, torch
 w = torch.nn.Parameter(torch.ones(4))
 opt = torch.optim.SGD([w], lr=0.1)
 for step in range(int(sys.argv[1])):
     (w * w).sum().backward()
     time.sleep(0.05)  # the step's work
+    if step == 3:
+        gc.collect()  # a full collection inside step 4
     opt.step()
     opt.zero_grad()
     print(f"step {step + 1}", flush=True)
@@ -71,7 +73,11 @@ def test_the_two_processes_take_strict_turns_from_step_2_and_neither_waits_past_
         assert [r["step"] for r in recs] == list(range(1, 7))
         assert all(0.05 <= r["own_s"] < 1.0 for r in recs[1:])  # the step's own work, not the wait
         assert not any(r["alone"] for r in recs)
+        assert all(r["gc2_s"] >= 0 for r in recs)
     assert records(tmp_path, 1)[-1]["wait_s"] < 0.05  # role 1 does not wait after the last step
+    for role in range(2):  # the full collection is recorded in the step it fell in, and only there
+        recs = records(tmp_path, role)
+        assert recs[3]["gc2_s"] > 0 and all(r["gc2_s"] == 0 for r in recs[4:])
 
 
 def test_a_partner_that_dies_leaves_the_other_run_going_on_alone(tmp_path):

@@ -15,7 +15,14 @@ from bench.trainers import plugs_for
 
 
 def _header(cfg: SweepConfig, runs: list[Run]) -> None:
-    print(f"hardware: {', '.join(cfg.hardware)}; order: {cfg.order} (seed {cfg.order_seed}); ", end="")
+    pairing = (
+        "; pairing: lockstep (each round's two runs together, taking turns)"
+        if cfg.pairing == "lockstep"
+        else ""
+    )
+    print(
+        f"hardware: {', '.join(cfg.hardware)}; order: {cfg.order} (seed {cfg.order_seed}){pairing}; ", end=""
+    )
     if any(c.precision for c in cfg.cells):
         print(f"{len(runs)} pilot runs = {len(cfg.cells)} cells x {len(cfg.arms)} arms x precision.min_pairs")
         for cell in cfg.cells:

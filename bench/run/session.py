@@ -262,9 +262,13 @@ class Session:
         argv = [sys.executable, "-m", "bench.procs.pair", str(pdir / "second.json"), "--", *argv_a]
         started = now()
         env = execute.compile_env(self.compile_dir(runs[0].cell))
-        rc, timed_out = execute.launch_polled(self.cfg, runs[0], rdir_a, argv, tick, env, pair_dirs=[rdir_b])
-        for role in range(2):  # the FIFOs: nothing to keep (a copied or archived sweep holds no pipes)
-            (pdir / f"to{role}").unlink(missing_ok=True)
+        try:
+            rc, timed_out = execute.launch_polled(
+                self.cfg, runs[0], rdir_a, argv, tick, env, pair_dirs=[rdir_b]
+            )
+        finally:  # the FIFOs: nothing to keep (a copied or archived sweep holds no pipes)
+            for role in range(2):
+                (pdir / f"to{role}").unlink(missing_ok=True)
         launch = read_json(rdir_a / "launch.json")
         atomic_write_json(
             rdir_b / "launch.json",

@@ -305,8 +305,11 @@ class Lockstep:
     from taking the turn to the step's end on the card (the step's time, without the wait), and
     that span's wall-clock ends (``started``, ``ended``);
     ``wait_s``, the wait for the partner's step; the allocator's peaks so far; ``alone``, once the
-    partner has gone (it died, or its run ended): the run then goes on by itself. Role 1 does not
-    wait after step LAST (its run ends there), so neither run waits for a step that never comes."""
+    partner has gone (it died, or its run ended): the run then goes on by itself; ``gc2_s``, the
+    time the garbage collector's full collections (generation 2) took since the previous record
+    (in the Liger runs of results/h200-specforge-verdict-lockstep one step paid a 0.23-0.33 s pause
+    that no baseline step did: this says whether it is one). Role 1 does not wait after step LAST
+    (its run ends there), so neither run waits for a step that never comes."""
 
     POLL_S = 1.0  # how often a wait checks that the partner is still alive
     START_S = 120.0  # a partner that has not written its pid by then never started its hooks
@@ -321,6 +324,18 @@ class Lockstep:
         self.step, self.heard, self.alone = 0, 0, False
         self.buf = b""
         self.t_turn = self.t_install = time.perf_counter()
+        self.gc2_s, self._gc_t0 = 0.0, 0.0
+        import gc
+
+        gc.callbacks.append(self.on_gc)
+
+    def on_gc(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+        else:
+            self.gc2_s += time.perf_counter() - self._gc_t0
 
     def _partner_alive(self) -> bool:
         try:
@@ -368,9 +383,11 @@ class Lockstep:
             "ended": ended_wall,  # time.time() when the step's work on the card was done
             "started": ended_wall - own,  # ... and when its turn began
             "alone": self.alone,
+            "gc2_s": round(self.gc2_s, 6),
             "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
             "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
         }
+        self.gc2_s = 0.0
         with open(self.out, "a") as f:
             f.write(json.dumps(rec) + "\n")
 
