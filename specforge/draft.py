@@ -88,7 +88,7 @@ class DFlashDraft(nn.Module):
     def init_weights(self, seed: int, std: float = 0.02, nudge_ulp: bool = False) -> None:
         """Deterministic init from ``seed`` on the parameters' device, independent of module
         classes (parameters are visited by name), so both arms start from the same weights;
-        ``nudge_ulp``: then every weight moved by one ulp (nudge_one_ulp)."""
+        ``nudge_ulp``: then every weight moved by one ulp, up or down (nudge_one_ulp)."""
         gen = torch.Generator(device=next(self.parameters()).device).manual_seed(seed)
         for name, p in sorted(self.named_parameters()):
             if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
@@ -96,15 +96,21 @@ class DFlashDraft(nn.Module):
             else:
                 p.copy_(torch.randn(p.shape, generator=gen, device=p.device) * std)
         if nudge_ulp:
-            self.nudge_one_ulp()
+            self.nudge_one_ulp(seed)
 
     @torch.no_grad()
-    def nudge_one_ulp(self) -> None:
-        """Move every parameter by one unit in the last place of its dtype (towards +inf): the
-        aa_eps arm, whose divergence from the baseline measures how far training carries one
-        rounding step (training parity's sensitivity floor)."""
-        for p in self.parameters():
-            p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
+    def nudge_one_ulp(self, seed: int) -> None:
+        """Move every parameter by one unit in the last place of its dtype, up or down at random
+        (a sign per element drawn from ``seed``, in parameter-name order): the aa_eps arm, whose
+        divergence from the baseline measures how far training carries one rounding step
+        (training parity's sensitivity floor). Without a direction, as rounding differences are:
+        moved all towards +inf, every bfloat16 RMSNorm weight went from 1.0 to 1.0078, a model
+        change that shifted the loss by 0.02 for 200 steps on the H200 (results/h200-parity-control)."""
+        gen = torch.Generator(device=next(self.parameters()).device).manual_seed(seed + 1)
+        for _, p in sorted(self.named_parameters()):
+            up = torch.rand(p.shape, generator=gen, device=p.device) < 0.5
+            towards = torch.where(up, float("inf"), float("-inf")).to(p.dtype)
+            p.copy_(torch.nextafter(p, towards))
 
     def forward(self, target_hidden, noise_embeds, anchors, keep, backend: str) -> torch.Tensor:
         """target_hidden [b, S, K*Ht], noise_embeds [b, N*B, H] -> hidden [b, N*B, H]."""

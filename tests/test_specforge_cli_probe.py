@@ -143,6 +143,7 @@ def test_the_aa_eps_arm_moves_every_weight_by_one_ulp_inside_specforge(runs):
     root, _ = runs
     moved = json.loads((root / "nudged" / "perturb.json").read_text())
     assert moved["before_step"] == 1 and moved["tensors"] > 0 and moved["elements"] > 1000
+    assert moved["direction"] == "random" and 0.45 < moved["up"] / moved["elements"] < 0.55  # no bias
     how = json.loads((root / "nudged" / "specforge.json").read_text())
     assert how["perturb_ulp"] == {"before_step": 1, "ulp_of": "param", "output": "perturb.json"}
     plain, nudged = losses(root / "plain"), losses(root / "nudged")

@@ -259,11 +259,16 @@ class GcFreeze:
 
 class PerturbUlp:
     """Before the first optimizer step's update, move every parameter the optimizer holds by one
-    unit in the last place towards +inf: the aa_eps arm, whose divergence from the baseline
-    measures how far training carries one rounding step. The unit is that of ``ulp_dtype`` (the
-    dtype the forward computes in: SpecForge's FSDP casts its float32 weights to bfloat16 there, so
-    a float32 ulp would mostly round away), or of each parameter's own dtype ("param"). OUT (JSON)
-    says how many tensors and elements were moved, and in which unit."""
+    unit in the last place, up or down at random (a sign per element from a fixed seed, in the
+    optimizer's parameter order): the aa_eps arm, whose divergence from the baseline measures how
+    far training carries one rounding step. Without a direction, as rounding differences are
+    (moved all towards +inf, a bfloat16 RMSNorm weight of 1.0 becomes 1.0078: a model change, not
+    a rounding step). The unit is that of ``ulp_dtype`` (the dtype the forward computes in:
+    SpecForge's FSDP casts its float32 weights to bfloat16 there, so a float32 ulp would mostly
+    round away), or of each parameter's own dtype ("param"). OUT (JSON) says how many tensors and
+    elements were moved, how many up, in which unit, from which seed."""
+
+    SEED = 1234
 
     def __init__(self, out: str, ulp_dtype: str = "param"):
         self.out, self.done, self.ulp_dtype = out, False, ulp_dtype
@@ -275,20 +280,26 @@ class PerturbUlp:
 
         self.done = True
         unit = None if self.ulp_dtype == "param" else getattr(torch, self.ulp_dtype)
-        tensors = elements = 0
+        tensors = elements = ups = 0
+        gen = None
         with torch.no_grad():
             for group in optimizer.param_groups:
                 for p in group["params"]:
+                    if gen is None or gen.device != p.device:
+                        gen = torch.Generator(device=p.device).manual_seed(self.SEED + tensors)
+                    up = torch.rand(p.shape, generator=gen, device=p.device) < 0.5
                     if unit is None or unit == p.dtype:
-                        p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
-                    else:  # p + the spacing of ``unit`` at p's value, kept in p's own dtype
+                        p.copy_(torch.nextafter(p, torch.where(up, float("inf"), float("-inf")).to(p.dtype)))
+                    else:  # p + the spacing of ``unit`` at p's value in the drawn direction, kept in p's dtype
                         q = p.to(unit)
-                        p.add_((torch.nextafter(q, torch.full_like(q, float("inf"))) - q).to(p.dtype))
+                        towards = torch.where(up, float("inf"), float("-inf")).to(unit)
+                        p.add_((torch.nextafter(q, towards) - q).to(p.dtype))
                     tensors += 1
                     elements += p.numel()
+                    ups += int(up.sum())
         with open(self.out + ".tmp", "w") as f:
-            doc = {"before_step": 1, "tensors": tensors, "elements": elements, "ulp_of": self.ulp_dtype}
-            json.dump(doc, f)
+            doc = {"before_step": 1, "tensors": tensors, "elements": elements, "up": ups}
+            json.dump({**doc, "ulp_of": self.ulp_dtype, "direction": "random", "seed": self.SEED}, f)
         os.replace(self.out + ".tmp", self.out)
 
 
