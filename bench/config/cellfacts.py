@@ -27,6 +27,7 @@ class CellReader(Protocol):
 
     name: str
     module: str | None  # the Python module its runs launch, for a sweep's null trainer_module
+    takes_turns: bool  # its runs can take turns on one card (a sweep's pairing: lockstep)
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
         """The cell's FACTS from its training config (``train``: the parsed YAML, any type; ``sets``:

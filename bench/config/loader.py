@@ -101,7 +101,7 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
         cells += entry_cells
     _check_unique(cells, fail)
     _check_sizes(top, cells, fail)
-    _check_lockstep(top, cells, fail)
+    _check_lockstep(top, cells, readers, fail)
     resolved = {**typed.as_dict(top), "cells": resolved_cells}
     return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved)
 
@@ -168,13 +168,10 @@ def _check_runs(top: SweepKeys, raw: dict, fail: Fail) -> None:
         )
 
 
-LOCKSTEP_TRAINER = "specforge-cli"  # the trainer whose process hooks take turns (instrument.py)
-
-
-def _check_lockstep(top: SweepKeys, cells: list[Cell], fail: Fail) -> None:
+def _check_lockstep(top: SweepKeys, cells: list[Cell], readers: Readers, fail: Fail) -> None:
     """``pairing: lockstep`` puts a pair's two runs on one card, taking turns step by step: two
-    arms, one GPU and one node per run, the SpecForge CLI's process hooks, a warm-up step (the
-    first step runs in both at once)."""
+    arms, one GPU and one node per run, a trainer whose runs can take turns (its reader's
+    ``takes_turns``), a warm-up step (the first step runs in both at once)."""
     if top.pairing != "lockstep":
         return
     need = "pairing: lockstep (both runs of a pair on one card, taking turns) needs"
@@ -184,9 +181,12 @@ def _check_lockstep(top: SweepKeys, cells: list[Cell], fail: Fail) -> None:
         raise fail(f"{need} warmup_steps of at least 1: step 1 runs in both runs at once")
     if top.prime_runs:
         raise fail(f"{need} prime_runs: 0 (priming runs run alone; the first pair fills the caches)")
+    able = [name for name, r in readers.items() if r.takes_turns]
     for c in cells:
-        if c.trainer != LOCKSTEP_TRAINER:
-            raise fail(f"{need} trainer: {LOCKSTEP_TRAINER}; cell {c.cell_id} runs {c.trainer}")
+        if not readers[c.trainer].takes_turns:
+            raise fail(
+                f"{need} trainer: {' or '.join(able) or 'none here'}; cell {c.cell_id} runs {c.trainer}"
+            )
         if c.gpus != 1 or c.nodes != 1:
             raise fail(
                 f"{need} one GPU on one node per run; cell {c.cell_id} has {c.gpus} GPU(s), {c.nodes} node(s)"

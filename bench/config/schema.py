@@ -156,7 +156,7 @@ class SweepKeys:
         "sequential",
         choices=PAIRINGS,
         doc="sequential: a pair's runs one after the other; lockstep: both on the card at once, "
-        "taking turns one optimizer step each (SpecForge CLI, one GPU, two arms)",
+        "taking turns one optimizer step each (a trainer that can, one GPU, two arms)",
     )
     steps: int = key(ge=1, doc=f"optimizer steps per run (at most {MAX_STEPS})")
     warmup_steps: int = key(ge=0, doc="steps dropped before measuring (fewer than steps)")

@@ -32,6 +32,7 @@ def contract_arm(arm: Arm) -> bool:
 
 class ContractReader:
     module = None  # the sweep names it: trainer_module
+    takes_turns = False  # no hook in its process for pairing: lockstep
     name = NAME
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:

@@ -19,6 +19,7 @@ MODULE = OUR_TRAINER_MODULE  # python -m specforge, from this checkout
 class EmbeddedReader:
     name = DEFAULT_TRAINER
     module = MODULE
+    takes_turns = False  # no hook in its process for pairing: lockstep
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
         facts = profile_and_mode(train, cfg_path, where)
