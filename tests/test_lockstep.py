@@ -73,7 +73,9 @@ def test_the_two_processes_take_strict_turns_from_step_2_and_neither_waits_past_
         assert [r["step"] for r in recs] == list(range(1, 7))
         assert all(0.05 <= r["own_s"] < 1.0 for r in recs[1:])  # the step's own work, not the wait
         assert not any(r["alone"] for r in recs)
-        assert all(r["gc2_s"] >= 0 for r in recs)
+        assert all(r["gc2_s"] >= 0 and 0 <= r["main_cpu_s"] <= r["cpu_s"] + 0.01 for r in recs)
+        assert all(r["main_cpu_s"] < 0.9 * r["own_s"] for r in recs[1:])  # a sleep is no host work
+        assert all(r["allocator"] is None for r in recs)  # no CUDA here
     assert records(tmp_path, 1)[-1]["wait_s"] < 0.05  # role 1 does not wait after the last step
     for role in range(2):  # the full collection is recorded in the step it fell in, and only there
         recs = records(tmp_path, role)
@@ -199,3 +201,18 @@ def test_the_report_says_how_a_lockstep_pair_was_timed(ab):
     assert "taking turns on the card one optimizer step each" in report
     assert "Peak VRAM not polled: the pair shares the card" in report
     assert "runs: 4 ok" in text
+
+
+@pytest.mark.slow
+def test_the_step_readout_names_each_pair_and_its_delta(ab):
+    out, _ = ab
+    r = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "lockstep_steps.py"), str(out), "--from-step", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("r1: baseline ") and "Δ samples/s" in lines[0]
+    assert lines[-1].startswith("2 pairs: mean Δ")

@@ -317,9 +317,13 @@ class Lockstep:
     that span's wall-clock ends (``started``, ``ended``);
     ``wait_s``, the wait for the partner's step; the allocator's peaks so far; ``alone``, once the
     partner has gone (it died, or its run ended): the run then goes on by itself; ``gc2_s``, the
-    time the garbage collector's full collections (generation 2) took since the previous record
+    time the garbage collector's full collections (generation 2) took inside the turn
+    (``gc2_wait_s``: during the wait after it)
     (in the Liger runs of results/h200-specforge-verdict-lockstep one step paid a 0.23-0.33 s pause
-    that no baseline step did: this says whether it is one). Role 1 does not wait after step LAST
+    that no baseline step did: this says whether it is one); ``cpu_s`` and ``main_cpu_s``, the
+    CPU time of the whole process and of its main thread over the turn (a pause of host work
+    shows in both, a wait on the device in neither); ``allocator``, what the CUDA caching
+    allocator did over the turn (cudaMalloc and cudaFree calls, retries, syncs of all streams). Role 1 does not wait after step LAST
     (its run ends there), so neither run waits for a step that never comes."""
 
     POLL_S = 1.0  # how often a wait checks that the partner is still alive
@@ -336,9 +340,21 @@ class Lockstep:
         self.buf = b""
         self.t_turn = self.t_install = time.perf_counter()
         self.gc2_s, self._gc_t0 = 0.0, 0.0
+        self.cpu0, self.main0, self.alloc0 = self._cpu(), time.thread_time(), {}
         import gc
 
         gc.callbacks.append(self.on_gc)
+
+    @staticmethod
+    def _cpu() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    ALLOCATOR_KEYS = ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")
+
+    def _allocator(self, torch) -> dict:
+        stats = torch.cuda.memory_stats()
+        return {k: int(stats.get(k, 0)) for k in self.ALLOCATOR_KEYS}
 
     def on_gc(self, phase: str, info: dict) -> None:
         if info.get("generation") != 2:
@@ -381,12 +397,22 @@ class Lockstep:
             torch.cuda.synchronize()
         ended, ended_wall = time.perf_counter(), time.time()
         own = ended - self.t_turn
+        cpu, main = self._cpu(), time.thread_time()
+        alloc = self._allocator(torch) if cuda else {}
+        turn = {
+            "gc2_s": round(self.gc2_s, 6),
+            "cpu_s": round(cpu - self.cpu0, 4),
+            "main_cpu_s": round(main - self.main0, 4),
+            "allocator": {k: v - self.alloc0.get(k, 0) for k, v in alloc.items()} if alloc else None,
+        }
+        self.gc2_s = 0.0
         os.write(self.outbox, f"{self.step}\n".encode())
         if self.role == 0:
             self._wait_for(self.step)
         elif self.step < self.last:
             self._wait_for(self.step + 1)
         self.t_turn = time.perf_counter()
+        self.cpu0, self.main0, self.alloc0 = self._cpu(), time.thread_time(), alloc
         rec = {
             "step": self.step,
             "own_s": round(own, 6),
@@ -394,7 +420,8 @@ class Lockstep:
             "ended": ended_wall,  # time.time() when the step's work on the card was done
             "started": ended_wall - own,  # ... and when its turn began
             "alone": self.alone,
-            "gc2_s": round(self.gc2_s, 6),
+            **turn,
+            "gc2_wait_s": round(self.gc2_s, 6),  # full collections while it waited (not in own_s)
             "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
             "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
         }

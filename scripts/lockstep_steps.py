@@ -1,0 +1,85 @@
+"""What each step of a lockstep sweep's runs did: ``python scripts/lockstep_steps.py SWEEP_DIR
+[--from-step 4] [--pause-s 0.1]``
+
+For every pair (``pairing: lockstep``) of SWEEP_DIR: each arm's level (mean own step time over the
+measured steps), the pair's Δ samples/s (the samples per step are the same in both arms), and
+each step slower than its run's median by more than PAUSE_S, with when it ended after step 1
+and what its record says of it (``lockstep.jsonl``: full garbage collections, CPU time of the
+process and of its main thread, the CUDA allocator's calls). The pause analysis of
+results/h200-specforge-verdict-lockstep/README.md is this script's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def records(rdir: Path) -> list[dict]:
+    path = rdir / "lockstep.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def pauses(recs: list[dict], first: int, over_s: float) -> list[dict]:
+    """The measured steps slower than the run's median by more than ``over_s``."""
+    measured = [r for r in recs if r["step"] >= first]
+    if not measured:
+        return []
+    median = statistics.median(r["own_s"] for r in measured)
+    t1 = recs[0]["ended"]
+    out = []
+    for r in measured:
+        if r["own_s"] - median > over_s:
+            extra = {k: r[k] for k in ("gc2_s", "cpu_s", "main_cpu_s", "allocator") if k in r}
+            out.append(
+                {"step": r["step"], "over_s": r["own_s"] - median, "after_step1_s": r["ended"] - t1, **extra}
+            )
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweep_dir", type=Path)
+    ap.add_argument("--from-step", type=int, default=4, help="the first measured step (warmup_steps + 1)")
+    ap.add_argument("--pause-s", type=float, default=0.1)
+    a = ap.parse_args()
+    rounds: dict[str, dict[str, list[dict]]] = {}
+    for rdir in sorted((a.sweep_dir / "runs").iterdir()):
+        recs = records(rdir)
+        cell = json.loads((rdir / "cell.json").read_text())
+        if recs and (cell.get("pairing") or {}).get("mode") == "lockstep":
+            rounds.setdefault(f"r{cell['repeat']}", {})[cell["arm"]] = recs
+    deltas = []
+    for name, arms in sorted(rounds.items(), key=lambda kv: int(kv[0][1:])):
+        if len(arms) != 2:
+            print(f"{name}: {', '.join(arms)} only (the pair did not finish)")
+            continue
+        (ref, ref_recs), (arm, arm_recs) = sorted(arms.items(), key=lambda kv: kv[0] != "baseline")
+        level = {
+            k: statistics.fmean(r["own_s"] for r in v if r["step"] >= a.from_step) for k, v in arms.items()
+        }
+        delta = (level[ref] / level[arm] - 1) * 100
+        deltas.append(delta)
+        print(f"{name}: {ref} {level[ref]:.4f} s/step, {arm} {level[arm]:.4f}: Δ samples/s {delta:+.2f}%")
+        for k, recs in ((ref, ref_recs), (arm, arm_recs)):
+            for p in pauses(recs, a.from_step, a.pause_s):
+                extra = ", ".join(
+                    f"{key} {val}" for key, val in p.items() if key not in ("step", "over_s", "after_step1_s")
+                )
+                print(
+                    f"    {k} step {p['step']}: +{p['over_s']:.3f} s, ended {p['after_step1_s']:.1f} s after step 1"
+                    + (f" ({extra})" if extra else "")
+                )
+    if len(deltas) > 1:
+        print(
+            f"{len(deltas)} pairs: mean Δ {statistics.fmean(deltas):+.2f}%, pair sd {statistics.stdev(deltas):.2f} points"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
