@@ -44,6 +44,8 @@
 #   sflockgc  configs/h200-specforge-verdict-lockstep-gcfreeze.yaml: the same with gc.freeze() after
 #             step 1 and a fixed 9 pairs (is the Liger runs' one-step pause a full collection?)
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
+#   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
+#             lr_off and Liger in one sweep
 #   pcontrol  configs/h200-parity-control.yaml: our trainer's 4B parity with the lr_off negative control
 #   sfparity4b configs/h200-specforge-parity-4b.yaml: SpecForge CLI parity at the seed's shapes
 #   sfblocks  scripts/sf_blocks.py: one long SpecForge run whose host conditions (the VRAM poller,
@@ -72,7 +74,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -155,6 +157,7 @@ for spec in $stages; do
         run_stage h200-specforge-verdict-lockstep-gcfreeze python3 -m bench sweep configs/h200-specforge-verdict-lockstep-gcfreeze.yaml --out $W/h200-specforge-verdict-lockstep-gcfreeze --resume ;;
     sfparity200) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-parity-4b-200 python3 -m bench sweep configs/h200-specforge-parity-4b-200.yaml --out $W/h200-specforge-parity-4b-200 --resume ;;
+    punbiased) run_stage h200-parity-unbiased python3 -m bench sweep configs/h200-parity-unbiased.yaml --out $W/h200-parity-unbiased --resume ;;
     pcontrol) run_stage h200-parity-control python3 -m bench sweep configs/h200-parity-control.yaml --out $W/h200-parity-control --resume ;;
     sfparity4b) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-parity-4b python3 -m bench sweep configs/h200-specforge-parity-4b.yaml --out $W/h200-specforge-parity-4b --resume ;;

@@ -1,12 +1,13 @@
 """``pairing: lockstep``: a pair's two runs on one card at once, taking turns one optimizer step
-each. The turn protocol inside real processes with a real torch optimizer (instrument.py's
-Lockstep: strict alternation, a partner that dies), the config's refusals, and a whole A/B of the
-real SpecForge CLI (PyPI 0.2.0, tests/upstream_env.py) in lockstep end to end."""
+each. The turn protocol inside real processes with a real torch optimizer (turns.py's Lockstep,
+installed by instrument.py: strict alternation, a partner that dies), the config's refusals, and a
+whole A/B of the real SpecForge CLI (PyPI 0.2.0, tests/upstream_env.py) in lockstep end to end."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -216,3 +217,27 @@ def test_the_step_readout_names_each_pair_and_its_delta(ab):
     lines = r.stdout.splitlines()
     assert lines[0].startswith("r1: baseline ") and "Δ samples/s" in lines[0]
     assert lines[-1].startswith("2 pairs: mean Δ")
+
+
+@pytest.mark.slow
+def test_a_pair_cut_in_half_is_run_again_whole_on_resume_and_finished_pairs_are_kept(ab, tmp_path):
+    """A lockstep pair runs whole or not at all: with one of its runs unfinished (the driver killed
+    mid-pair), --resume runs both of its runs again, together; a finished pair stays as it was."""
+    out, _ = ab
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy, symlinks=True)
+    r1 = sorted((copy / "runs").glob("*_r1"))
+    r2 = sorted((copy / "runs").glob("*_r2"))
+    before = {d.name: (d / "launch.json").read_text() for d in r1 + r2}
+    (r2[0] / "run.json").unlink()  # one run of pair 2 never finished
+    argv = [sys.executable, "-m", "bench", "sweep", str(copy / "ab.yaml"), "--out", str(copy), "--resume"]
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "2 of 4 runs already finished" in r.stdout or "2 of 4 runs already finished" in r.stderr
+    for d in r1:
+        assert (d / "launch.json").read_text() == before[d.name]  # kept
+    for d in r2:
+        assert (d / "launch.json").read_text() != before[d.name]  # both run again
+        assert json.loads((d / "run.json").read_text())["status"] == "ok"
+    starts = {json.loads((d / "launch.json").read_text())["start_time"] for d in r2}
+    assert len(starts) == 1  # together

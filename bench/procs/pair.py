@@ -7,7 +7,7 @@ status and exits with the first's.
 Both children stay in this process's group, which the driver leads: its timeout, an interrupt or a
 --resume after a dead driver end both runs with one group kill (bench/procs/launcher.py), and each
 gets SIGTERM if this process dies. The two runs take turns on the card between themselves
-(bench/trainers/specforge_cli/instrument.py's Lockstep); this process only starts and waits.
+(bench/trainers/specforge_cli/turns.py's Lockstep); this process only starts and waits.
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def execute_sweep(
 ) -> int:
     """Run the pilot's unfinished runs, then the pairs the precision rule adds; report."""
     runs = pilot
-    todo = [r for r in pilot if not is_finished(run_dir(out_dir, r))]
+    todo = [r for unit in units(cfg, pilot) if not finished(out_dir, unit) for r in unit]
     if cfg.runs_on_cpu and todo:
         print(CPU_NOTE, flush=True)
     if len(todo) < len(pilot):
@@ -236,9 +236,8 @@ def retry_line(rounds: list[dict], verb: str) -> str:
 def run_pending(session: Session, runs: list[Run]) -> None:
     """Run the unfinished runs in order (a resumed sweep with nothing left never starts the fork
     server); with ``pairing: lockstep``, each unfinished pair whole, both runs at once."""
-    units = lockstep_pairs(runs) if session.cfg.pairing == "lockstep" else [[r] for r in runs]
-    for unit in units:
-        if all(is_finished(run_dir(session.out_dir, r)) for r in unit):
+    for unit in units(session.cfg, runs):
+        if finished(session.out_dir, unit):
             continue
         session.run(unit[0]) if len(unit) == 1 else session.run_pair(unit)
         for line in (
@@ -246,6 +245,16 @@ def run_pending(session: Session, runs: list[Run]) -> None:
             or []
         ):
             session.say(line)
+
+
+def units(cfg: SweepConfig, runs: list[Run]) -> list[list[Run]]:
+    """What runs as one: a run, or with ``pairing: lockstep`` the two runs of a round."""
+    return lockstep_pairs(runs) if cfg.pairing == "lockstep" else [[r] for r in runs]
+
+
+def finished(out_dir: Path, unit: list[Run]) -> bool:
+    """Whether every run of a unit is finished (a lockstep pair with one unfinished run runs again whole)."""
+    return all(is_finished(run_dir(out_dir, r)) for r in unit)
 
 
 def lockstep_pairs(runs: list[Run]) -> list[list[Run]]:

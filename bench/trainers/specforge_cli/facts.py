@@ -97,7 +97,7 @@ def cli_cell_facts(train: dict, cfg_path: Path, overrides: dict) -> dict[str, An
 
 class SpecForgeReader:
     module = None  # the user's interpreter runs specforge.cli
-    takes_turns = True  # instrument.py's Lockstep in its process: pairing: lockstep
+    takes_turns = True  # turns.py's Lockstep in its process: pairing: lockstep
     name = NAME
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:

@@ -2,7 +2,7 @@
 [--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] [--lockstep DIR ROLE LAST OUT] -m MODULE ARGS...``
 runs ``python -m MODULE ARGS`` (``runpy``, as a command line would) after hooking every
 optimizer's step. ``--gc-freeze``: GcFreeze below; ``--perturb-ulp``: PerturbUlp (the aa_eps arm);
-``--lockstep``: Lockstep (the two runs of a pair take turns on one card). ``--probe``:
+``--lockstep``: turns.py's Lockstep (the two runs of a pair take turns on one card). ``--probe``:
 what the process did while it trained, written to OUT (JSON) once optimizer step FIRST + COUNT
 has run:
 
@@ -303,131 +303,17 @@ class PerturbUlp:
         os.replace(self.out + ".tmp", self.out)
 
 
-class Lockstep:
-    """The two runs of a lockstep pair take turns on one card, one optimizer step each: role 0
-    runs step k while role 1 waits, then role 1 runs its step k while role 0 waits, and so on
-    (step 1, which compiles, runs in both at once and is a warm-up step). The turn passes after
-    the step's update, once the card has finished the step's work (``cuda.synchronize``), through
-    two FIFOs in DIR that the driver made: ``to0`` (role 0's inbox) and ``to1``, each message a
-    step number. A run's step therefore has the card and the host to itself, and both arms of a
-    pair see the host's slowly wandering state at most one step apart.
+def _sibling(name: str):
+    """A module beside this file, loaded by path: this file runs in the user's interpreter, where
+    nothing of this checkout is importable (bench/trainers/isolation.py)."""
+    import importlib.util
 
-    OUT (JSON lines, one per step, written before SpecForge logs the step): ``own_s``, the time
-    from taking the turn to the step's end on the card (the step's time, without the wait), and
-    that span's wall-clock ends (``started``, ``ended``);
-    ``wait_s``, the wait for the partner's step; the allocator's peaks so far; ``alone``, once the
-    partner has gone (it died, or its run ended): the run then goes on by itself; ``gc2_s``, the
-    time the garbage collector's full collections (generation 2) took inside the turn
-    (``gc2_wait_s``: during the wait after it)
-    (in the Liger runs of results/h200-specforge-verdict-lockstep one step paid a 0.23-0.33 s pause
-    that no baseline step did: this says whether it is one); ``cpu_s`` and ``main_cpu_s``, the
-    CPU time of the whole process and of its main thread over the turn (a pause of host work
-    shows in both, a wait on the device in neither); ``allocator``, what the CUDA caching
-    allocator did over the turn (cudaMalloc and cudaFree calls, retries, syncs of all streams). Role 1 does not wait after step LAST
-    (its run ends there), so neither run waits for a step that never comes."""
-
-    POLL_S = 1.0  # how often a wait checks that the partner is still alive
-    START_S = 120.0  # a partner that has not written its pid by then never started its hooks
-
-    def __init__(self, pair_dir: str, role: int, last: int, out: str):
-        self.role, self.last, self.out = int(role), int(last), out
-        self.inbox = os.open(os.path.join(pair_dir, f"to{self.role}"), os.O_RDWR)
-        self.outbox = os.open(os.path.join(pair_dir, f"to{1 - self.role}"), os.O_RDWR)
-        self.pid_dir = pair_dir
-        with open(os.path.join(pair_dir, f"pid{self.role}"), "w") as f:
-            f.write(str(os.getpid()))
-        self.step, self.heard, self.alone = 0, 0, False
-        self.buf = b""
-        self.t_turn = self.t_install = time.perf_counter()
-        self.gc2_s, self._gc_t0 = 0.0, 0.0
-        self.cpu0, self.main0, self.alloc0 = self._cpu(), time.thread_time(), {}
-        import gc
-
-        gc.callbacks.append(self.on_gc)
-
-    @staticmethod
-    def _cpu() -> float:
-        t = os.times()
-        return t.user + t.system
-
-    ALLOCATOR_KEYS = ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")
-
-    def _allocator(self, torch) -> dict:
-        stats = torch.cuda.memory_stats()
-        return {k: int(stats.get(k, 0)) for k in self.ALLOCATOR_KEYS}
-
-    def on_gc(self, phase: str, info: dict) -> None:
-        if info.get("generation") != 2:
-            return
-        if phase == "start":
-            self._gc_t0 = time.perf_counter()
-        else:
-            self.gc2_s += time.perf_counter() - self._gc_t0
-
-    def _partner_alive(self) -> bool:
-        try:
-            with open(os.path.join(self.pid_dir, f"pid{1 - self.role}")) as f:
-                os.kill(int(f.read().strip()), 0)
-            return True
-        except FileNotFoundError:  # it writes its pid when its hooks are installed, seconds after its start
-            return time.perf_counter() - self.t_install < self.START_S
-        except (ProcessLookupError, ValueError):
-            return False
-        except PermissionError:
-            return True
-
-    def _wait_for(self, step: int) -> None:
-        import select
-
-        while self.heard < step and not self.alone:
-            ready, _, _ = select.select([self.inbox], [], [], self.POLL_S)
-            if ready:
-                self.buf += os.read(self.inbox, 4096)
-                *lines, self.buf = self.buf.split(b"\n")
-                self.heard = max([self.heard, *(int(x) for x in lines if x.strip())])
-            elif not self._partner_alive():
-                self.alone = True
-
-    def __call__(self, _optimizer, _args, _kwargs) -> None:
-        import torch
-
-        self.step += 1
-        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        if cuda:
-            torch.cuda.synchronize()
-        ended, ended_wall = time.perf_counter(), time.time()
-        own = ended - self.t_turn
-        cpu, main = self._cpu(), time.thread_time()
-        alloc = self._allocator(torch) if cuda else {}
-        turn = {
-            "gc2_s": round(self.gc2_s, 6),
-            "cpu_s": round(cpu - self.cpu0, 4),
-            "main_cpu_s": round(main - self.main0, 4),
-            "allocator": {k: v - self.alloc0.get(k, 0) for k, v in alloc.items()} if alloc else None,
-        }
-        self.gc2_s = 0.0
-        os.write(self.outbox, f"{self.step}\n".encode())
-        if self.role == 0:
-            self._wait_for(self.step)
-        elif self.step < self.last:
-            self._wait_for(self.step + 1)
-        self.t_turn = time.perf_counter()
-        self.cpu0, self.main0, self.alloc0 = self._cpu(), time.thread_time(), alloc
-        rec = {
-            "step": self.step,
-            "own_s": round(own, 6),
-            "wait_s": round(self.t_turn - ended, 6),
-            "ended": ended_wall,  # time.time() when the step's work on the card was done
-            "started": ended_wall - own,  # ... and when its turn began
-            "alone": self.alone,
-            **turn,
-            "gc2_wait_s": round(self.gc2_s, 6),  # full collections while it waited (not in own_s)
-            "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
-            "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
-        }
-        self.gc2_s = 0.0
-        with open(self.out, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+    spec = importlib.util.spec_from_file_location(
+        f"bench_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def install(
@@ -438,7 +324,7 @@ def install(
 ) -> None:
     """Hook every optimizer's step in this process (also a run forked by warmserver.py):
     ``probe`` = [OUT, FIRST, COUNT] (Probe), ``gc_freeze`` = OUT (GcFreeze), ``perturb_ulp`` =
-    OUT[:DTYPE] (PerturbUlp), ``lockstep`` = [DIR, ROLE, LAST, OUT] (Lockstep; hooked last, so
+    OUT[:DTYPE] (PerturbUlp), ``lockstep`` = [DIR, ROLE, LAST, OUT] (turns.py's Lockstep; hooked last, so
     that the other hooks' work is part of the step it timed)."""
     import gc
 
@@ -457,7 +343,7 @@ def install(
     if gc_freeze:
         opt.register_optimizer_step_post_hook(GcFreeze(gc_freeze))
     if lockstep:
-        opt.register_optimizer_step_post_hook(Lockstep(*lockstep))
+        opt.register_optimizer_step_post_hook(_sibling("turns").Lockstep(*lockstep))
 
 
 USAGE = (

@@ -207,7 +207,7 @@ class SpecForgeCliPlug:
         return [*wrap, "--", *self.spec_command(cfg, run, rdir, config)]
 
     def lockstep_command(self, argv: list[str], pair_dir: Path, role: int, last: int) -> list[str]:
-        """The wrapper's command with ``--lockstep`` (instrument.py's Lockstep in SpecForge's process)."""
+        """The wrapper's command with ``--lockstep`` (turns.py's Lockstep in SpecForge's process)."""
         cut = argv.index("--")
         return [*argv[:cut], "--lockstep", str(pair_dir), str(role), str(last), *argv[cut:]]
 

@@ -89,7 +89,7 @@ PROBE_ENV = "BENCH_SPECFORGE_PROBE"
 PYSPY_ENV = "BENCH_PYSPY"
 PERTURB = "perturb.json"  # what the aa_eps arm moved (instrument.py's PerturbUlp)
 GC_FREEZE = "gc_freeze.json"  # what gc.freeze() after step 1 froze (instrument.py's GcFreeze)
-LOCKSTEP = "lockstep.jsonl"  # each step's own time and wait in a lockstep pair (instrument.py's Lockstep)
+LOCKSTEP = "lockstep.jsonl"  # each step's own time and wait in a lockstep pair (turns.py's Lockstep)
 STARTUP_LINES = 80  # the lines before step 1 kept with their arrival times (where the start goes)
 
 
@@ -177,7 +177,7 @@ class Stopper:
 
 
 def lockstep_records(path: Path) -> dict[int, dict]:
-    """instrument.py's Lockstep records by step ({} before the first, or for a run not in a pair)."""
+    """turns.py's Lockstep records by step ({} before the first, or for a run not in a pair)."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
