@@ -1,11 +1,14 @@
 """What each step of a lockstep sweep's runs did: ``python scripts/lockstep_steps.py SWEEP_DIR
-[--from-step 4] [--pause-s 0.1]``
+[--from-step 4] [--pause-s 0.1] [--smi SMI_CSV]``
 
 For every pair (``pairing: lockstep``) of SWEEP_DIR: each arm's level (mean own step time over the
 measured steps), the pair's Δ samples/s (the samples per step are the same in both arms), and
 each step slower than its run's median by more than PAUSE_S, with when it ended after step 1
 and what its record says of it (``lockstep.jsonl``: full garbage collections, CPU time of the
-process and of its main thread, the CUDA allocator's calls). The pause analysis of
+process and of its main thread, the CUDA allocator's calls). With ``--smi`` (scripts/h200_sweeps.sh's
+nvidia-smi samples: time, SM clock, memory clock, power, temperature, utilisation, clock-event
+reasons), how many pause steps and how many other measured steps hold a sample of 0% utilisation
+(the card idle for a whole sample period). The pause analysis of
 results/h200-specforge-verdict-lockstep/README.md is this script's output.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -41,11 +45,43 @@ def pauses(recs: list[dict], first: int, over_s: float) -> list[dict]:
     return out
 
 
+def smi_utilisation(path: Path) -> list[tuple[float, int]]:
+    """(unix time, GPU utilisation %) of each sample of an nvidia-smi CSV (no header, no units)."""
+    out = []
+    for line in path.read_text().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        try:
+            t = datetime.strptime(cols[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+            out.append((t, int(cols[5])))
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def idle_counts(
+    rounds: dict, smi: list[tuple[float, int]], first: int, over_s: float
+) -> tuple[int, int, int, int]:
+    """(pause steps with a 0% sample, pause steps, other steps with one, other steps)."""
+    counts = [0, 0, 0, 0]
+    for arms in rounds.values():
+        for recs in arms.values():
+            paused = {p["step"] for p in pauses(recs, first, over_s)}
+            for r in recs:
+                if r["step"] < first:
+                    continue
+                idle = any(u == 0 for t, u in smi if r["started"] + 0.05 <= t <= r["ended"])
+                k = 0 if r["step"] in paused else 2
+                counts[k] += idle
+                counts[k + 1] += 1
+    return counts[0], counts[1], counts[2], counts[3]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweep_dir", type=Path)
     ap.add_argument("--from-step", type=int, default=4, help="the first measured step (warmup_steps + 1)")
     ap.add_argument("--pause-s", type=float, default=0.1)
+    ap.add_argument("--smi", type=Path, help="nvidia-smi's samples over the sweep (smi.csv)")
     a = ap.parse_args()
     rounds: dict[str, dict[str, list[dict]]] = {}
     for rdir in sorted((a.sweep_dir / "runs").iterdir()):
@@ -77,6 +113,11 @@ def main() -> int:
     if len(deltas) > 1:
         print(
             f"{len(deltas)} pairs: mean Δ {statistics.fmean(deltas):+.2f}%, pair sd {statistics.stdev(deltas):.2f} points"
+        )
+    if a.smi is not None:
+        pz, pn, oz, on = idle_counts(rounds, smi_utilisation(a.smi), a.from_step, a.pause_s)
+        print(
+            f"steps holding a 0% utilisation sample: {pz} of {pn} pause steps, {oz} of {on} other measured steps"
         )
     return 0
 

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -205,7 +206,7 @@ def test_the_report_says_how_a_lockstep_pair_was_timed(ab):
 
 
 @pytest.mark.slow
-def test_the_step_readout_names_each_pair_and_its_delta(ab):
+def test_the_step_readout_names_each_pair_and_its_delta(ab, tmp_path):
     out, _ = ab
     r = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "lockstep_steps.py"), str(out), "--from-step", "2"],
@@ -217,6 +218,17 @@ def test_the_step_readout_names_each_pair_and_its_delta(ab):
     lines = r.stdout.splitlines()
     assert lines[0].startswith("r1: baseline ") and "Δ samples/s" in lines[0]
     assert lines[-1].startswith("2 pairs: mean Δ")
+    # nvidia-smi's samples (as scripts/h200_sweeps.sh writes them): one idle sample inside a step
+    # (inside step 1, the only step here longer than a sample's offset: CPU steps take ~20 ms)
+    rec = json.loads((sorted((out / "runs").glob("*_r1"))[0] / "lockstep.jsonl").read_text().splitlines()[0])
+    stamp = datetime.fromtimestamp((rec["started"] + rec["ended"]) / 2, tz=timezone.utc)
+    smi = tmp_path / "smi.csv"
+    smi.write_text(f"{stamp:%Y/%m/%d %H:%M:%S.%f}, 1980, 3201, 500.0, 40, 0, 0x0000000000000000\n")
+    argv = [sys.executable, str(REPO / "scripts" / "lockstep_steps.py"), str(out), "--from-step", "1"]
+    r = subprocess.run([*argv, "--smi", str(smi)], capture_output=True, text=True, timeout=60)
+    idle = r.stdout.splitlines()[-1]
+    # step 1 runs in both runs at once: the sample falls in both runs' step 1, and in no other step
+    assert idle.startswith("steps holding a 0% utilisation sample: 2 of ") and ", 0 of 16 other" in idle, idle
 
 
 @pytest.mark.slow
