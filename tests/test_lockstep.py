@@ -75,7 +75,7 @@ def test_the_two_processes_take_strict_turns_from_step_2_and_neither_waits_past_
         assert [r["step"] for r in recs] == list(range(1, 7))
         assert all(0.05 <= r["own_s"] < 1.0 for r in recs[1:])  # the step's own work, not the wait
         assert not any(r["alone"] for r in recs)
-        assert all(r["gc2_s"] >= 0 and 0 <= r["main_cpu_s"] <= r["cpu_s"] + 0.01 for r in recs)
+        assert all(r["gc2_s"] >= 0 and 0 <= r["main_cpu_s"] <= r["cpu_s"] + 0.005 for r in recs)
         assert all(r["main_cpu_s"] < 0.9 * r["own_s"] for r in recs[1:])  # a sleep is no host work
         assert all(r["allocator"] is None for r in recs)  # no CUDA here
     assert records(tmp_path, 1)[-1]["wait_s"] < 0.05  # role 1 does not wait after the last step

@@ -49,15 +49,14 @@ class Lockstep:
         self.buf = b""
         self.t_turn = self.t_install = time.perf_counter()
         self.gc2_s, self._gc_t0 = 0.0, 0.0
-        self.cpu0, self.main0, self.alloc0 = self._cpu(), time.thread_time(), {}
+        self.main0, self.cpu0, self.alloc0 = time.thread_time(), self._cpu(), {}
         import gc
 
         gc.callbacks.append(self.on_gc)
 
     @staticmethod
     def _cpu() -> float:
-        t = os.times()
-        return t.user + t.system
+        return time.process_time()  # every thread's user + system time, at the clock's resolution
 
     ALLOCATOR_KEYS = ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")
 
@@ -106,7 +105,7 @@ class Lockstep:
             torch.cuda.synchronize()
         ended, ended_wall = time.perf_counter(), time.time()
         own = ended - self.t_turn
-        cpu, main = self._cpu(), time.thread_time()
+        main, cpu = time.thread_time(), self._cpu()  # the thread first: it is part of the process
         alloc = self._allocator(torch) if cuda else {}
         turn = {
             "gc2_s": round(self.gc2_s, 6),
@@ -121,7 +120,7 @@ class Lockstep:
         elif self.step < self.last:
             self._wait_for(self.step + 1)
         self.t_turn = time.perf_counter()
-        self.cpu0, self.main0, self.alloc0 = self._cpu(), time.thread_time(), alloc
+        self.main0, self.cpu0, self.alloc0 = time.thread_time(), self._cpu(), alloc
         rec = {
             "step": self.step,
             "own_s": round(own, 6),
