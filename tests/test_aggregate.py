@@ -453,9 +453,11 @@ def test_scaling_table_arithmetic():
     ],
 )
 def test_a_run_id_is_parsed_against_the_known_arms_longest_first(tmp_path, run_id, cell_id, arm, repeat):
-    from bench.results.records import parse_run_id
+    from bench.config import parse_run_id
+    from bench.config import run_id as build
 
     assert parse_run_id(run_id) == {"cell_id": cell_id, "arm": arm, "repeat": str(repeat)}
+    assert build(cell_id, arm, repeat) == run_id  # built and read back in one place
     d = tmp_path / "runs" / run_id  # a cell.json without the keys: the record reads them off the id
     d.mkdir(parents=True)
     (d / "cell.json").write_text(json.dumps({"profile": "p"}))

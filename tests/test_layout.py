@@ -248,3 +248,20 @@ def test_no_two_modules_share_a_name_for_different_jobs():
             by_name.setdefault(mod.split(".")[-1], []).append(mod)
     dupes = {n: m for n, m in by_name.items() if len(m) > 1 and n not in SHARED_ROLE_NAMES}
     assert not dupes, dupes
+
+
+def test_a_run_id_is_built_and_parsed_in_one_place():
+    """Every run id (runs/, prime/, a profile's) is built by bench/config/model.py's run_id,
+    prime_run_id or profile_run_id and read back by its parse_run_id: no other module spells the
+    ``_r<repeat>`` or ``_prime<i>`` suffix, and none parses ids with its own pattern."""
+    home = REPO / "bench" / "config" / "model.py"
+    spelled = re.compile(r"""f["'][^"']*_(?:r|prime)\{""")
+    parsed = re.compile(r"""_r\(\?P<repeat>|_r\\\\d""")
+    found = [
+        f"{path.relative_to(REPO)}:{i}"
+        for path in modules().values()
+        if path != home
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if spelled.search(line) or parsed.search(line)
+    ]
+    assert not found, found

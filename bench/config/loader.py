@@ -29,7 +29,7 @@ import bench.config.typed as typed
 import bench.config.yamlio as yamlio
 from bench.arms import AA, ARMS
 from bench.config.cellfacts import CellReader, Readers
-from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for
+from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for, prime_run_id, run_id
 from bench.config.schema import (
     MAX_CAPACITY,
     MAX_PAIRS,
@@ -358,7 +358,6 @@ def _check_sizes(top: SweepKeys, cells: list[Cell], fail: Fail) -> None:
     """Refuse, before anything is written, a plan too large to run or to name: more than MAX_RUNS
     runs, or a run directory's name longer than the file system allows."""
     pairs = max(c.precision.max_pairs if c.precision else top.repeats for c in cells)
-    suffix = max(len(f"_r{pairs}"), len(f"_prime{top.prime_runs}"))  # runs/ and prime/ directories
     runs = len(cells) * len(top.arms) * pairs
     if runs > MAX_RUNS:
         raise fail(
@@ -367,7 +366,12 @@ def _check_sizes(top: SweepKeys, cells: list[Cell], fail: Fail) -> None:
     for c in cells:
         if c.steps > MAX_STEPS:
             raise fail(f"cells[{c.entry}].steps: expected at most {MAX_STEPS}, got {c.steps}")
-        longest = max(len(f"{c.cell_id}_{arm}".encode()) for arm in top.arms) + suffix
+        names = [
+            f(c.cell_id, arm, n)
+            for arm in top.arms
+            for f, n in ((run_id, pairs), (prime_run_id, top.prime_runs))
+        ]
+        longest = max(len(name.encode()) for name in names)  # runs/ and prime/ directories
         if longest > NAME_MAX:
             raise fail(
                 f"cells[{c.entry}]: its run directories' names would be {longest} bytes, over the "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.arms import ARMS
+from bench.arms import ARM_NAMES, ARMS
 from bench.config.schema import SweepKeys
 
 
@@ -82,7 +82,9 @@ class Cell:
 
 @dataclass(frozen=True)
 class Run:
-    run_id: str
+    run_id: (
+        str  # run_id(): its directory's name under runs/ (prime_run_id: prime/, profile_run_id: a profile's)
+    )
     cell: Cell
     arm: str
     repeat: int  # 1-based: the pair (round) this run belongs to
@@ -91,6 +93,43 @@ class Run:
     @property
     def liger(self) -> bool:
         return ARMS[self.arm].liger
+
+
+# A run's id is its directory's name; every id is built here and read back by parse_run_id.
+def run_id(cell_id: str, arm: str, repeat: int) -> str:
+    """A measured run's id: ``<cell_id>_<arm>_r<repeat>`` (runs/<id>/)."""
+    return f"{cell_id}_{arm}_r{repeat}"
+
+
+def prime_run_id(cell_id: str, arm: str, index: int) -> str:
+    """A priming run's id (sweep key prime_runs; prime/<id>/, never read as a result)."""
+    return f"{cell_id}_{arm}_prime{index}"
+
+
+def profile_run_id(cell_id: str, arm: str) -> str:
+    """A profiled run's id (bench kernels --profile)."""
+    return f"{cell_id}_{arm}"
+
+
+_REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")
+_WORD_ARM_RE = re.compile(r"^(?P<cell_id>.+)_(?P<arm>[A-Za-z0-9]+)$")
+_ARMS_LONGEST_FIRST = sorted(ARM_NAMES, key=len, reverse=True)
+
+
+def parse_run_id(text: str) -> dict[str, str] | None:
+    """cell_id, arm and repeat (as text) of a run id built by run_id, None when it is not one. The
+    arm is matched against the known arm names (bench.arms), longest first, so
+    ``..._liger_flce_r3`` is arm liger_flce (not flce of cell ``..._liger``); an arm not known
+    there is the last word (letters and digits) before the repeat."""
+    m = _REPEAT_RE.match(text)
+    if not m:
+        return None
+    stem, repeat = m["stem"], m["repeat"]
+    for arm in _ARMS_LONGEST_FIRST:
+        if stem.endswith(f"_{arm}") and len(stem) > len(arm) + 1:
+            return {"cell_id": stem[: -len(arm) - 1], "arm": arm, "repeat": repeat}
+    w = _WORD_ARM_RE.match(stem)
+    return {"cell_id": w["cell_id"], "arm": w["arm"], "repeat": repeat} if w else None
 
 
 # SweepConfig's own fields: what validation derives; every other attribute is a sweep key

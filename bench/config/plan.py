@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 import bench.config.typed as typed
-from bench.config.model import Cell, Run, SweepConfig
+from bench.config.model import Cell, Run, SweepConfig, run_id
 from bench.config.schema import FILLED_KEYS, CellKeys, SweepKeys
 
 
@@ -22,7 +22,7 @@ def round_runs(cfg: SweepConfig, cell: Cell, repeat: int) -> list[tuple[str, str
     arms = list(cfg.arms)
     if cfg.order == "shuffled":
         random.Random(f"{cfg.order_seed}/{cell.cell_id}/{repeat}").shuffle(arms)
-    return [(f"{cell.cell_id}_{arm}_r{repeat}", arm) for arm in arms]
+    return [(run_id(cell.cell_id, arm, repeat), arm) for arm in arms]
 
 
 def plan_rounds(cfg: SweepConfig, rounds: dict[str, int]) -> list[Run]:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from bench import fmt
 from bench.arms import BASELINE, LIGER_ARMS
+from bench.config import profile_run_id
 from bench.kernels import bridge
 from bench.kernels.bridge import Run, SweepConfig
 from bench.kernels.modules import bucket_names, bucket_patterns, liger_unavailable
@@ -82,7 +83,10 @@ def run_profiles(cfg: SweepConfig, plans: list[CellPlan], out_dir: Path, log=pri
     try:
         for plan in plans:
             cell = plan.cell
-            runs = [Run(f"{cell.cell_id}_{arm}", cell, arm, 1, i) for i, arm in enumerate(profile_arms())]
+            runs = [
+                Run(profile_run_id(cell.cell_id, arm), cell, arm, 1, i)
+                for i, arm in enumerate(profile_arms())
+            ]
             cache_error = None
             if cell.mode == "offline" and cell.nodes == 1:
                 # The offline cache lives beside the profiles (out_dir/cache), as in a sweep directory,

@@ -7,6 +7,7 @@ rule per cell), parity (loss parity).
 
 from __future__ import annotations
 
+from bench.config.model import parse_run_id
 from bench.results.columns import (
     CELL_COLUMNS,
     CONTRAST_COLUMNS,
@@ -33,7 +34,6 @@ from bench.results.records import (
     load_run,
     load_runs,
     measured_window,
-    parse_run_id,
     run_row,
     vram_devices,
 )

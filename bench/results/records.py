@@ -13,7 +13,6 @@ File layout and schemas: docs/run-contract.md. Numbers are kept at full precisio
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from bench import fmt
-from bench.arms import ARM_NAMES
+from bench.config.model import parse_run_id
 from bench.fileio import read_json, read_jsonl
 from bench.results.columns import (
     CELL_COLUMNS,
@@ -37,30 +36,11 @@ from bench.results.identity import odd_ones_out, plan_problem, workload_digest
 from bench.results.step_checks import numbered_rows, outlier_warning, retries_warning, step_problem
 
 NAN = float("nan")
-_REPEAT_RE = re.compile(r"^(?P<stem>.+)_r(?P<repeat>\d+)$")
-_WORD_ARM_RE = re.compile(r"^(?P<cell_id>.+)_(?P<arm>[A-Za-z0-9]+)$")
-_ARMS_LONGEST_FIRST = sorted(ARM_NAMES, key=len, reverse=True)
 # cell.json's keys that say which run it is and how many steps are warm-up: checked, never guessed.
 IDENTITY_KEYS = ("run_id", "cell_id", "arm", "repeat", "warmup_steps")
 NOT_RUN = "not run"
 NOT_RUN_REASON = "planned in sweep.json, no run directory (not run yet, or its directory was removed)"
 _JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-
-
-def parse_run_id(run_id: str) -> dict[str, str] | None:
-    """cell_id, arm and repeat (as text) of a run id ``<cell_id>_<arm>_r<repeat>``, None when it
-    is not one. The arm is matched against the known arm names (bench.arms), longest first, so
-    ``..._liger_flce_r3`` is arm liger_flce (not flce of cell ``..._liger``); an arm not known
-    there is the last word (letters and digits) before the repeat."""
-    m = _REPEAT_RE.match(run_id)
-    if not m:
-        return None
-    stem, repeat = m["stem"], m["repeat"]
-    for arm in _ARMS_LONGEST_FIRST:
-        if stem.endswith(f"_{arm}") and len(stem) > len(arm) + 1:
-            return {"cell_id": stem[: -len(arm) - 1], "arm": arm, "repeat": repeat}
-    w = _WORD_ARM_RE.match(stem)
-    return {"cell_id": w["cell_id"], "arm": w["arm"], "repeat": repeat} if w else None
 
 
 @dataclass

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.config import Run, SweepConfig
+from bench.config import Run, SweepConfig, run_id
 from bench.fileio import read_json
 from bench.run import console
 from bench.run.capacity_plan import next_value, probe_cell, series
@@ -61,7 +61,7 @@ def _search_arm(session: Session, cell, arm: str) -> None:
     history: dict[int, str] = {}
     while (value := next_value(history, cfg.capacity)) is not None:
         pcell = probe_cell(cfg, cell, value)
-        run = Run(f"{pcell.cell_id}_{arm}_r1", pcell, arm, 1, session.next_order())
+        run = Run(run_id(pcell.cell_id, arm, 1), pcell, arm, 1, session.next_order())
         status = _status(out_dir, run)
         if status is None:
             if session.skipped(run):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from bench.config import Run, SweepConfig
+from bench.config import Run, SweepConfig, run_id
 from bench.fileio import read_json
 from bench.run import preflight
 from bench.run.capacity_plan import probe_cell, series
@@ -91,7 +91,7 @@ def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str |
     for sid, cell in series(cfg):
         for arm in cfg.arms:
             pcell = probe_cell(cfg, cell, cap.start)
-            run = Run(f"{pcell.cell_id}_{arm}_r1", pcell, arm, 1, 0)
+            run = Run(run_id(pcell.cell_id, arm, 1), pcell, arm, 1, 0)
             argv = plugs[cell.trainer].train_command(
                 cfg, run, run_dir(out_dir, run), cache_dir_for(out_dir, pcell)
             )

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import bench.trainers.outcome as outcome
-from bench.config import Cell, Run, SweepConfig
+from bench.config import Cell, Run, SweepConfig, prime_run_id
 from bench.fileio import WriteError, atomic_write_json, read_json, writing
 from bench.probe import vram
 from bench.procs import forkstart
@@ -307,5 +307,5 @@ class Session:
 
 def prime_runs(cfg: SweepConfig, run: Run) -> list[Run]:
     """The discarded runs that precede ``run``'s (cell, arm) (sweep key prime_runs)."""
-    stem = f"{run.cell.cell_id}_{run.arm}"
-    return [Run(f"{stem}_prime{i}", run.cell, run.arm, 0, -1) for i in range(1, cfg.prime_runs + 1)]
+    cid, arm = run.cell.cell_id, run.arm
+    return [Run(prime_run_id(cid, arm, i), run.cell, arm, 0, -1) for i in range(1, cfg.prime_runs + 1)]
