@@ -193,14 +193,16 @@ def lockstep_records(path: Path) -> dict[int, dict]:
 
 
 def own_step_time(row: dict, rec: dict | None) -> dict:
-    """A metrics row of a lockstep run: its step time is the turn's own (``own_s``), not SpecForge's
-    window (which holds the partner's step and the wait); the rates follow; the allocator's peaks
-    come from inside the process (the card is shared, so the poller's are the pair's)."""
+    """A metrics row of a lockstep run: from step 2 on its step time is the turn's own (``own_s``),
+    not SpecForge's window (which holds the partner's step and the wait); the rates follow. Step 1,
+    which both runs take at once (no turn yet), keeps SpecForge's window, so that the run's start
+    (first row's elapsed time less step 1) means what it does in a sequential run. The allocator's
+    peaks come from inside the process (the card is shared, so the poller's are the pair's)."""
     if rec is None:
         return {**row, "step_time_s": None, "samples_per_s": None, "tokens_per_s": None}
-    own = float(rec["own_s"])
+    own = float(rec["own_s"]) if row["step"] > 1 else row.get("step_time_s")
     out = {**row, "step_time_s": own}
-    if row.get("samples") is not None and own > 0:
+    if row.get("samples") is not None and own is not None and own > 0:
         out["samples_per_s"] = row["samples"] / own
         out["tokens_per_s"] = row["tokens"] / own if row.get("tokens") is not None else None
     for key in ("reserved", "allocated"):
