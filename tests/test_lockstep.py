@@ -254,3 +254,19 @@ def test_a_pair_cut_in_half_is_run_again_whole_on_resume_and_finished_pairs_are_
         assert json.loads((d / "run.json").read_text())["status"] == "ok"
     starts = {json.loads((d / "launch.json").read_text())["start_time"] for d in r2}
     assert len(starts) == 1  # together
+
+
+def test_a_lockstep_metrics_row_takes_its_turn_from_step_2_and_keeps_step_1():
+    from bench.trainers.specforge_cli.wrapper import own_step_time
+
+    row = {"step": 2, "step_time_s": 2.4, "samples": 8, "tokens": 16384, "samples_per_s": 3.3}
+    rec = {"own_s": 1.2, "peak_reserved_bytes": 2**31, "peak_allocated_bytes": None}
+    out = own_step_time(row, rec)  # SpecForge's window held the partner's step: the turn's own time
+    assert (
+        out["step_time_s"] == 1.2 and out["samples_per_s"] == 8 / 1.2 and out["tokens_per_s"] == 16384 / 1.2
+    )
+    assert out["torch_peak_reserved_gib"] == 2.0 and out["torch_peak_allocated_gib"] is None
+    first = own_step_time({**row, "step": 1}, rec)  # both runs at once, no turn yet: SpecForge's window
+    assert first["step_time_s"] == 2.4 and first["samples_per_s"] == 3.3
+    assert own_step_time({**row, "step": 1}, None)["step_time_s"] == 2.4
+    assert own_step_time(row, None)["step_time_s"] is None  # a step without its turn has no time

@@ -198,14 +198,16 @@ def own_step_time(row: dict, rec: dict | None) -> dict:
     which both runs take at once (no turn yet), keeps SpecForge's window, so that the run's start
     (first row's elapsed time less step 1) means what it does in a sequential run. The allocator's
     peaks come from inside the process (the card is shared, so the poller's are the pair's)."""
-    if rec is None:
+    if rec is None and row["step"] > 1:  # no turn recorded: no time to give it
         return {**row, "step_time_s": None, "samples_per_s": None, "tokens_per_s": None}
-    own = float(rec["own_s"]) if row["step"] > 1 else row.get("step_time_s")
-    out = {**row, "step_time_s": own}
-    if row.get("samples") is not None and own is not None and own > 0:
-        out["samples_per_s"] = row["samples"] / own
-        out["tokens_per_s"] = row["tokens"] / own if row.get("tokens") is not None else None
-    for key in ("reserved", "allocated"):
+    out = dict(row)
+    if row["step"] > 1:
+        own = float(rec["own_s"])
+        out["step_time_s"] = own
+        if row.get("samples") is not None and own > 0:
+            out["samples_per_s"] = row["samples"] / own
+            out["tokens_per_s"] = row["tokens"] / own if row.get("tokens") is not None else None
+    for key in ("reserved", "allocated") if rec is not None else ():
         peak = rec.get(f"peak_{key}_bytes")
         out[f"torch_peak_{key}_gib"] = peak / 2**30 if isinstance(peak, int) else None
     return out
