@@ -18,22 +18,26 @@ class Lockstep:
     (step 1, which compiles, runs in both at once and is a warm-up step). The turn passes after
     the step's update, once the card has finished the step's work (``cuda.synchronize``), through
     two FIFOs in DIR that the driver made: ``to0`` (role 0's inbox) and ``to1``, each message a
-    step number. A run's step therefore has the card and the host to itself, and both arms of a
-    pair see the host's slowly wandering state at most one step apart.
+    step number. A run's step therefore has the card to itself (the other run's main thread waits;
+    its data-loader threads may still prefetch), and both arms of a pair see the host's state at
+    most one step apart.
 
-    OUT (JSON lines, one per step, written before SpecForge logs the step): ``own_s``, the time
-    from taking the turn to the step's end on the card (the step's time, without the wait), and
-    that span's wall-clock ends (``started``, ``ended``);
-    ``wait_s``, the wait for the partner's step; the allocator's peaks so far; ``alone``, once the
-    partner has gone (it died, or its run ended): the run then goes on by itself; ``gc2_s``, the
-    time the garbage collector's full collections (generation 2) took inside the turn
-    (``gc2_wait_s``: during the wait after it)
-    (in the Liger runs of results/h200-specforge-verdict-lockstep one step paid a 0.23-0.33 s pause
-    that no baseline step did: this says whether it is one); ``cpu_s`` and ``main_cpu_s``, the
-    CPU time of the whole process and of its main thread over the turn (a pause of host work
-    shows in both, a wait on the device in neither); ``allocator``, what the CUDA caching
-    allocator did over the turn (cudaMalloc and cudaFree calls, retries, syncs of all streams). Role 1 does not wait after step LAST
-    (its run ends there), so neither run waits for a step that never comes."""
+    OUT (JSON lines, one per step, written before SpecForge logs the step):
+
+    - ``own_s``: from taking the turn to the step's end on the card (the step's time without the
+      wait), and that span's wall-clock ends, ``started`` and ``ended``; ``wait_s``: the wait for
+      the partner's step after it;
+    - ``alone``: true once the partner has gone (it died, or its run ended); the run then goes on
+      by itself. Role 1 does not wait after step LAST (its run ends there), so neither run waits
+      for a step that never comes;
+    - what the turn did on the host: ``gc2_s``, the garbage collector's full (generation 2)
+      collections inside it (``gc2_wait_s``: in the wait after it); ``cpu_s`` and ``main_cpu_s``,
+      the CPU time of the whole process and of its main thread (a pause of host work shows in
+      them, a wait on the device does not); ``allocator``, the CUDA caching allocator's cudaMalloc
+      and cudaFree calls, retries and syncs of all streams; the allocator's peaks so far. (In the
+      Liger runs of results/h200-specforge-verdict-lockstep one step paid a 0.23-0.33 s host-side
+      pause that no baseline step did: these say what it is.)
+    """
 
     POLL_S = 1.0  # how often a wait checks that the partner is still alive
     START_S = 120.0  # a partner that has not written its pid by then never started its hooks
