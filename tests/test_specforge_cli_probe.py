@@ -243,3 +243,16 @@ def test_a_sweep_shares_python_bytecode_where_the_environment_writes_none(tmp_pa
     assert pyc.parent == Path(by_order[0]["compile_cache"]["dir"]) and any(pyc.rglob("*.pyc"))
     report = (out / "report.md").read_text()
     assert "## Where a SpecForge run's start goes (medians)" in report
+
+
+def test_the_gc_heap_probe_imports_what_the_warm_server_preloads():
+    """scripts/gc_heap_probe.py runs in the user's interpreter (nothing of this checkout importable),
+    so it spells the preload list out: the same modules as the warm server's."""
+    import importlib.util
+
+    from bench.trainers.specforge_cli.wrapper import WARM_PRELOAD
+
+    spec = importlib.util.spec_from_file_location("gc_heap_probe", REPO / "scripts" / "gc_heap_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert list(probe.PRELOAD) == [m.rstrip("?") for m in WARM_PRELOAD]
