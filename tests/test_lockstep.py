@@ -210,7 +210,7 @@ def test_the_report_says_how_a_lockstep_pair_was_timed(ab):
 def test_the_step_readout_names_each_pair_and_its_delta(ab, tmp_path):
     out, _ = ab
     r = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "lockstep_steps.py"), str(out), "--from-step", "2"],
+        [sys.executable, str(REPO / "scripts" / "step_pauses.py"), str(out), "--from-step", "2"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -218,14 +218,14 @@ def test_the_step_readout_names_each_pair_and_its_delta(ab, tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("r1: baseline ") and "Δ samples/s" in lines[0]
-    assert lines[-1].startswith("2 pairs: mean Δ")
+    assert lines[-1].startswith("aa: 2 pairs: mean Δ")
     # nvidia-smi's samples (as scripts/h200_sweeps.sh writes them): one idle sample inside a step
     # (inside step 1, the only step here longer than a sample's offset: CPU steps take ~20 ms)
     rec = json.loads((sorted((out / "runs").glob("*_r1"))[0] / "lockstep.jsonl").read_text().splitlines()[0])
     stamp = datetime.fromtimestamp((rec["started"] + rec["ended"]) / 2, tz=timezone.utc)
     smi = tmp_path / "smi.csv"
     smi.write_text(f"{stamp:%Y/%m/%d %H:%M:%S.%f}, 1980, 3201, 500.0, 40, 0, 0x0000000000000000\n")
-    argv = [sys.executable, str(REPO / "scripts" / "lockstep_steps.py"), str(out), "--from-step", "1"]
+    argv = [sys.executable, str(REPO / "scripts" / "step_pauses.py"), str(out), "--from-step", "1"]
     r = subprocess.run([*argv, "--smi", str(smi)], capture_output=True, text=True, timeout=60)
     idle = r.stdout.splitlines()[-1]
     # step 1 runs in both runs at once: the sample falls in both runs' step 1, and in no other step

@@ -22,10 +22,24 @@ from pathlib import Path
 
 
 def records(rdir: Path) -> list[dict]:
+    """Each step's time and end: a lockstep run's turn records, else its metrics rows."""
     path = rdir / "lockstep.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if path.is_file():
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    path = rdir / "metrics.jsonl"
+    rows = (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    )
+    return [
+        {
+            "step": r["step"],
+            "own_s": r["step_time_s"],
+            "ended": r["time"],
+            "started": r["time"] - r["step_time_s"],
+        }
+        for r in rows
+        if isinstance(r.get("step_time_s"), float) and isinstance(r.get("time"), float)
+    ]
 
 
 def pauses(recs: list[dict], first: int, over_s: float) -> list[dict]:
@@ -86,22 +100,27 @@ def main() -> int:
     rounds: dict[str, dict[str, list[dict]]] = {}
     for rdir in sorted((a.sweep_dir / "runs").iterdir()):
         recs = records(rdir)
-        cell = json.loads((rdir / "cell.json").read_text())
-        if recs and (cell.get("pairing") or {}).get("mode") == "lockstep":
+        cell = json.loads((rdir / "cell.json").read_text()) if (rdir / "cell.json").is_file() else {}
+        if recs and isinstance(cell.get("repeat"), int):
             rounds.setdefault(f"r{cell['repeat']}", {})[cell["arm"]] = recs
-    deltas = []
+    deltas: dict[str, list[float]] = {}
     for name, arms in sorted(rounds.items(), key=lambda kv: int(kv[0][1:])):
-        if len(arms) != 2:
-            print(f"{name}: {', '.join(arms)} only (the pair did not finish)")
-            continue
-        (ref, ref_recs), (arm, arm_recs) = sorted(arms.items(), key=lambda kv: kv[0] != "baseline")
         level = {
-            k: statistics.fmean(r["own_s"] for r in v if r["step"] >= a.from_step) for k, v in arms.items()
+            k: statistics.fmean(r["own_s"] for r in v if r["step"] >= a.from_step)
+            for k, v in arms.items()
+            if any(r["step"] >= a.from_step for r in v)
         }
-        delta = (level[ref] / level[arm] - 1) * 100
-        deltas.append(delta)
-        print(f"{name}: {ref} {level[ref]:.4f} s/step, {arm} {level[arm]:.4f}: Δ samples/s {delta:+.2f}%")
-        for k, recs in ((ref, ref_recs), (arm, arm_recs)):
+        if "baseline" not in level or len(level) < 2:
+            print(f"{name}: {', '.join(arms)} only (no pair with the baseline)")
+        else:
+            for arm in (k for k in level if k != "baseline"):
+                delta = (level["baseline"] / level[arm] - 1) * 100
+                deltas.setdefault(arm, []).append(delta)
+                print(
+                    f"{name}: baseline {level['baseline']:.4f} s/step, {arm} {level[arm]:.4f}: "
+                    f"Δ samples/s {delta:+.2f}%"
+                )
+        for k, recs in arms.items():
             for p in pauses(recs, a.from_step, a.pause_s):
                 extra = ", ".join(
                     f"{key} {val}" for key, val in p.items() if key not in ("step", "over_s", "after_step1_s")
@@ -110,10 +129,10 @@ def main() -> int:
                     f"    {k} step {p['step']}: +{p['over_s']:.3f} s, ended {p['after_step1_s']:.1f} s after step 1"
                     + (f" ({extra})" if extra else "")
                 )
-    if len(deltas) > 1:
-        print(
-            f"{len(deltas)} pairs: mean Δ {statistics.fmean(deltas):+.2f}%, pair sd {statistics.stdev(deltas):.2f} points"
-        )
+    for arm, ds in deltas.items():
+        if len(ds) > 1:
+            sd = statistics.stdev(ds)
+            print(f"{arm}: {len(ds)} pairs: mean Δ {statistics.fmean(ds):+.2f}%, pair sd {sd:.2f} points")
     if a.smi is not None:
         pz, pn, oz, on = idle_counts(rounds, smi_utilisation(a.smi), a.from_step, a.pause_s)
         print(
