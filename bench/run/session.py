@@ -1,7 +1,7 @@
 """A Session: everything one invocation's runs share — the config, the output directory, the
 machine, the engine the runs go through (bench/run/engine.py: local, or Slurm's), the trainer plug, which arms are skipped here and why, the prepared caches, the compile
-cache, the progress display, the fork server and the priming done. The three loops (sweep,
-capacity search, profile runs) are thin users of it."""
+cache, the progress display, the fork server and the priming done (bench/run/warmup.py). The
+three loops (sweep, capacity search, profile runs) are thin users of it."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import bench.trainers.outcome as outcome
-from bench.config import Cell, Run, SweepConfig, prime_run_id
+from bench.config import Cell, Run, SweepConfig
 from bench.fileio import WriteError, atomic_write_json, read_json, writing
 from bench.probe import vram
-from bench.procs import forkstart
 from bench.procs.launcher import mark_exit, now
 from bench.run import caches, console, execute, preflight
 from bench.run.engine import LOCAL, Engine, RunLost
@@ -27,8 +26,8 @@ from bench.run.sweepdir import (
     pair_dir,
     prime_dir,
     run_dir,
-    update_sweep_json,
 )
+from bench.run.warmup import ForkServer, Priming
 from bench.trainers import TrainerPlug, plugs_for
 
 
@@ -41,8 +40,8 @@ class Session:
     skips: dict[str, str] = field(default_factory=dict)  # arm -> why its runs are skipped here
     progress: console.Progress | None = None
     cache_errors: dict[str, str | None] = field(default_factory=dict)  # cache key -> error or None
-    primed: set[tuple[str, str]] = field(default_factory=set)  # (cell, arm) primed by this invocation
-    server_tried: bool = False
+    server: ForkServer | None = None  # the warm fork server (Session.open makes it)
+    priming: Priming | None = None  # the priming runs done (sweep key prime_runs)
     order: int = 0  # runs planned on the fly (capacity probes) are numbered in the order they come
     engine: Engine = LOCAL  # where and how the process trees run (handed in by the command line)
 
@@ -54,14 +53,17 @@ class Session:
         skips = preflight.arm_skip_reasons(cfg.arms)
         for line in preflight.skip_lines(skips):
             print(line, flush=True)
-        return cls(
+        session = cls(
             cfg=cfg,
             out_dir=out_dir,
             info=info,
             plugs=plugs_for(cfg, {**info, "git_commit": git_commit()}),
             skips=skips,
             engine=engine,
+            priming=Priming(cfg.prime_runs),
         )
+        session.server = session.fork_server()
+        return session
 
     def plug(self, cell: Cell) -> TrainerPlug:
         return self.plugs[cell.trainer]
@@ -106,35 +108,22 @@ class Session:
                 if fault:
                     raise WriteError(fault, error, str(self.out_dir / "cache" / key))
 
-    def start_server(self) -> None:
-        """Start the warm fork server once, before the first run that launches, when any cell
-        forks its runs; record in sweep.json what it imported and how long that took."""
-        if self.server_tried:
-            return
-        self.server_tried = True
+    def fork_server(self) -> ForkServer:
+        """The session's warm fork server: what it preloads when any cell forks its runs (the first
+        such cell's plug's modules, in that cell's compile-cache environment), started by the first
+        run that launches."""
         cfg = self.cfg
         forking = [c for c in cfg.cells if self.forks(c)]  # cells whose runs fork
         preload = self.plug(forking[0]).preload(cfg) if forking else []
-        if not preload:
-            return
+        env = execute.compile_env(self.compile_dir(forking[0])) if forking else {}
         gpus = 0 if cfg.runs_on_cpu else int(self.info.get("gpu_count") or 0)
-        try:
-            env = execute.compile_env(self.compile_dir(forking[0]))
-            ready_s = forkstart.start_server(preload, env, gpus)
-        except (OSError, EOFError, ValueError, forkstart.ForkServerUnusable) as e:  # runs start afresh
-            print(
-                f"warning: fork server did not start ({e}); runs start as new interpreters", file=sys.stderr
-            )
-            return
-        if ready_s:
-            self.say(f"fork server ready in {ready_s:.1f}s ({', '.join(preload)} imported once for all runs)")
-            update_sweep_json(self.out_dir, fork_server={"preload": preload, "ready_s": round(ready_s, 2)})
+        return ForkServer(preload, env, gpus, self.out_dir)
 
     def run_pair(self, runs: list[Run]) -> list[str]:
         """Execute a lockstep pair (Session.execute_pair) on the progress display: its first run's line
         ticks while both run; each run's outcome is shown."""
-        if not any(self.skipped(r) for r in runs):
-            self.start_server()
+        if not any(self.skipped(r) for r in runs) and self.server is not None:
+            self.server.start(self.say)
         progress = self.progress
         if progress is not None:
             progress.start(runs[0])
@@ -149,10 +138,10 @@ class Session:
         """Execute one run (with ``prime``, its priming runs first, the first time its cell and
         arm run here); ``show``: on the progress display."""
         if not self.skipped(run):
-            self.start_server()
-            if prime and self.cfg.prime_runs and (run.cell.cell_id, run.arm) not in self.primed:
-                self.primed.add((run.cell.cell_id, run.arm))
-                self._prime(run)
+            if self.server is not None:
+                self.server.start(self.say)
+            for p in self.priming.due(run) if prime and self.priming is not None else []:
+                self._prime(p)
         progress = self.progress
         if progress is not None and show:
             progress.start(run)
@@ -294,18 +283,10 @@ class Session:
         seen = ", ".join(f"pid {p['pid']} on card {p['card']} ({p['owner']})" for p in procs[:3])
         return f"refused: another process holds memory on the cards ({seen}); foreign_processes: refuse"
 
-    def _prime(self, run: Run) -> None:
-        """Run ``run``'s priming runs under prime/ (not runs/: no table, pair or verdict reads them).
-        They fill the compile and autotune caches, so that no measured run compiles a kernel inside
-        its measured steps; their outcome is printed and kept, and does not stop the sweep."""
-        for p in prime_runs(self.cfg, run):
-            if self.progress is not None:
-                self.progress.start(p)
-            line, seconds = execute.timed(lambda p=p: self.execute(p, None, prime_dir(self.out_dir, p)))
-            self.say(f"{p.run_id}: {line} ({seconds:.0f} s, discarded: it primes the caches)")
-
-
-def prime_runs(cfg: SweepConfig, run: Run) -> list[Run]:
-    """The discarded runs that precede ``run``'s (cell, arm) (sweep key prime_runs)."""
-    cid, arm = run.cell.cell_id, run.arm
-    return [Run(prime_run_id(cid, arm, i), run.cell, arm, 0, -1) for i in range(1, cfg.prime_runs + 1)]
+    def _prime(self, p: Run) -> None:
+        """One priming run under prime/ (not runs/: no table, pair or verdict reads it); its outcome
+        is printed and kept, and does not stop the sweep (bench/run/warmup.py's Priming)."""
+        if self.progress is not None:
+            self.progress.start(p)
+        line, seconds = execute.timed(lambda: self.execute(p, None, prime_dir(self.out_dir, p)))
+        self.say(f"{p.run_id}: {line} ({seconds:.0f} s, discarded: it primes the caches)")
