@@ -21,19 +21,22 @@ import statistics as st
 from pathlib import Path
 
 
-def smi_samples(path: Path) -> list[tuple[float, float, float]]:
+def smi_samples(path: Path) -> list[tuple[float, float, float, int | None]]:
+    """(unix time, SM clock MHz, power W, GPU utilisation % or None) of each sample of
+    scripts/h200_sweeps.sh's nvidia-smi CSV (no header, no units)."""
     out = []
     for line in path.read_text().splitlines():
         f = [x.strip() for x in line.split(",")]
         try:
             t = dt.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=dt.UTC).timestamp()
-            out.append((t, float(f[1]), float(f[3])))
+            util = int(f[5]) if len(f) > 5 and f[5].isdigit() else None
+            out.append((t, float(f[1]), float(f[3]), util))
         except (ValueError, IndexError):
             continue
     return out
 
 
-def window(smi, t0: float, t1: float) -> list[tuple[float, float, float]]:
+def window(smi, t0: float, t1: float) -> list[tuple[float, float, float, int | None]]:
     return [s for s in smi if t0 <= s[0] <= t1]
 
 

@@ -15,21 +15,22 @@ results/h200-specforge-verdict-lockstep/README.md is this script's output.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from datetime import datetime, timezone
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.fileio import read_json, read_jsonl  # noqa: E402
+from bench.trainers.specforge_cli.wrapper import LOCKSTEP, lockstep_records  # noqa: E402
+from scripts.sf_spread import smi_samples, window  # noqa: E402
 
 
 def records(rdir: Path) -> list[dict]:
     """Each step's time and end: a lockstep run's turn records, else its metrics rows."""
-    path = rdir / "lockstep.jsonl"
-    if path.is_file():
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    path = rdir / "metrics.jsonl"
-    rows = (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    )
+    turns = lockstep_records(rdir / LOCKSTEP)
+    if turns:
+        return [turns[k] for k in sorted(turns)]
     return [
         {
             "step": r["step"],
@@ -37,7 +38,7 @@ def records(rdir: Path) -> list[dict]:
             "ended": r["time"],
             "started": r["time"] - r["step_time_s"],
         }
-        for r in rows
+        for r in read_jsonl(rdir / "metrics.jsonl")
         if isinstance(r.get("step_time_s"), float) and isinstance(r.get("time"), float)
     ]
 
@@ -59,22 +60,7 @@ def pauses(recs: list[dict], first: int, over_s: float) -> list[dict]:
     return out
 
 
-def smi_utilisation(path: Path) -> list[tuple[float, int]]:
-    """(unix time, GPU utilisation %) of each sample of an nvidia-smi CSV (no header, no units)."""
-    out = []
-    for line in path.read_text().splitlines():
-        cols = [c.strip() for c in line.split(",")]
-        try:
-            t = datetime.strptime(cols[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
-            out.append((t, int(cols[5])))
-        except (ValueError, IndexError):
-            continue
-    return out
-
-
-def idle_counts(
-    rounds: dict, smi: list[tuple[float, int]], first: int, over_s: float
-) -> tuple[int, int, int, int]:
+def idle_counts(rounds: dict, smi: list[tuple], first: int, over_s: float) -> tuple[int, int, int, int]:
     """(pause steps with a 0% sample, pause steps, other steps with one, other steps)."""
     counts = [0, 0, 0, 0]
     for arms in rounds.values():
@@ -83,7 +69,7 @@ def idle_counts(
             for r in recs:
                 if r["step"] < first:
                     continue
-                idle = any(u == 0 for t, u in smi if r["started"] + 0.05 <= t <= r["ended"])
+                idle = any(x[3] == 0 for x in window(smi, r["started"] + 0.05, r["ended"]))
                 k = 0 if r["step"] in paused else 2
                 counts[k] += idle
                 counts[k + 1] += 1
@@ -100,7 +86,8 @@ def main() -> int:
     rounds: dict[str, dict[str, list[dict]]] = {}
     for rdir in sorted((a.sweep_dir / "runs").iterdir()):
         recs = records(rdir)
-        cell = json.loads((rdir / "cell.json").read_text()) if (rdir / "cell.json").is_file() else {}
+        cell = read_json(rdir / "cell.json")
+        cell = cell if isinstance(cell, dict) else {}
         if recs and isinstance(cell.get("repeat"), int):
             rounds.setdefault(f"r{cell['repeat']}", {})[cell["arm"]] = recs
     deltas: dict[str, list[float]] = {}
@@ -134,7 +121,7 @@ def main() -> int:
             sd = statistics.stdev(ds)
             print(f"{arm}: {len(ds)} pairs: mean Δ {statistics.fmean(ds):+.2f}%, pair sd {sd:.2f} points")
     if a.smi is not None:
-        pz, pn, oz, on = idle_counts(rounds, smi_utilisation(a.smi), a.from_step, a.pause_s)
+        pz, pn, oz, on = idle_counts(rounds, smi_samples(a.smi), a.from_step, a.pause_s)
         print(
             f"steps holding a 0% utilisation sample: {pz} of {pn} pause steps, {oz} of {on} other measured steps"
         )

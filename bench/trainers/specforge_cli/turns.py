@@ -7,6 +7,7 @@ only, nothing of this checkout.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -54,8 +55,6 @@ class Lockstep:
         self.t_turn = self.t_install = time.perf_counter()
         self.gc2_s, self._gc_t0 = 0.0, 0.0
         self.main0, self.cpu0, self.alloc0 = time.thread_time(), self._cpu(), {}
-        import gc
-
         gc.callbacks.append(self.on_gc)
 
     @staticmethod

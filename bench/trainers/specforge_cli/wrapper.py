@@ -49,7 +49,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.fileio import atomic_write_json
+from bench.fileio import atomic_write_json, read_jsonl
 from bench.procs.launcher import kill_tree
 from bench.trainers.isolation import isolated_env
 from bench.trainers.specforge_cli.log import StepCollector, parse_step_lines
@@ -177,19 +177,9 @@ class Stopper:
 
 
 def lockstep_records(path: Path) -> dict[int, dict]:
-    """turns.py's Lockstep records by step ({} before the first, or for a run not in a pair)."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    out = {}
-    for line in lines:
-        try:
-            rec = json.loads(line)
-            out[int(rec["step"])] = rec
-        except (ValueError, KeyError, TypeError):
-            continue  # a line cut short
-    return out
+    """turns.py's Lockstep records by step ({} before the first, or for a run not in a pair; a line
+    cut short is skipped)."""
+    return {rec["step"]: rec for rec in read_jsonl(path) if isinstance(rec.get("step"), int)}
 
 
 def own_step_time(row: dict, rec: dict | None) -> dict:
