@@ -25,7 +25,7 @@ LOCK = ".sweep.lock"  # held (flock) while a sweep writes; a second sweep of the
 # Everything else a sweep writes at the top of its directory (docs/run-contract.md, docs/reference.md):
 # sweep.json, the lock, the runs, the discarded priming runs, and the caches (offline caches with
 # their preparation's log and launch record; the shared compile caches).
-SWEEP_ENTRIES = ("sweep.json", LOCK, "runs/", "prime/", "cache/", "cache/compile/", "ab.yaml")
+SWEEP_ENTRIES = ("sweep.json", LOCK, "runs/", "prime/", "pairs/", "cache/", "cache/compile/", "ab.yaml")
 
 
 def is_finished(rdir: Path) -> bool:
