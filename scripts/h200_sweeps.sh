@@ -42,7 +42,7 @@
 #   sflockstep configs/h200-specforge-verdict-lockstep.yaml: the learnable verdict with each pair's
 #             runs on the card at once, taking turns one optimizer step each (pairing: lockstep)
 #   sflockgc  configs/h200-specforge-verdict-lockstep-gcfreeze.yaml: the same with gc.freeze() after
-#             step 1 and a fixed 7 pairs (is the Liger runs' one-step pause a full collection?)
+#             step 1 and a fixed 5 pairs (is the Liger runs' one-step pause a full collection?)
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
