@@ -21,7 +21,7 @@ MAX_FUNCTION_LINES = 80
 # Layers of bench/, lowest first: a module may import its own layer or lower ones only.
 # Results and probes never reach up into the run loop; the run loop never into kernels.
 LAYERS = [
-    ("bench.fileio", "bench.fmt", "bench.errors", "bench.arms", "bench.distribution"),
+    ("bench.fileio", "bench.fmt", "bench.errors", "bench.arms", "bench.distribution", "bench.record"),
     ("bench.config",),
     ("bench.probe", "bench.results", "bench.procs"),
     ("bench.trainers",),
