@@ -225,9 +225,9 @@ def stream(
     lockstep: Path | None = None,
 ) -> dict:
     """Pass SpecForge's output through, writing each finished step into ``rdir``'s metrics.jsonl;
-    stop SpecForge once step ``stop_after`` is written (0: never). ``lockstep``: the run's Lockstep records, whose own step
-    times replace SpecForge's. Returns what was seen: the time of the first and last step, the last
-    step, how many lines, the first lines."""
+    stop SpecForge once step ``stop_after`` is written (0: never). ``lockstep``: the run's Lockstep
+    records, whose own step times replace SpecForge's. Returns what was seen: the time of the first
+    and last step, the last step, how many lines, the first lines."""
     seen = {"first": None, "last": None, "last_step": None, "lines": 0, "head": [], "startup": []}
     pyspy = _pyspy_spec()
     with MetricsWriter(rdir) as out:
