@@ -21,7 +21,7 @@ MAX_FUNCTION_LINES = 80
 # Layers of bench/, lowest first: a module may import its own layer or lower ones only.
 # Results and probes never reach up into the run loop; the run loop never into kernels.
 LAYERS = [
-    ("bench.fileio", "bench.fmt", "bench.errors", "bench.arms", "bench.distribution"),
+    ("bench.fileio", "bench.fmt", "bench.errors", "bench.arms", "bench.distribution", "bench.record"),
     ("bench.config",),
     ("bench.probe", "bench.results", "bench.procs"),
     ("bench.trainers",),
@@ -265,3 +265,122 @@ def test_a_run_id_is_built_and_parsed_in_one_place():
         if spelled.search(line) or parsed.search(line)
     ]
     assert not found, found
+
+
+# ---------------------------------------------------------------- the run records: bench/record.py
+
+RECORD_HOME = REPO / "bench" / "record.py"
+# A string naming one of a run directory's record files (alone, or as a path's last part: "*/cell.json").
+RECORD_FILE = re.compile(r"(?:^|[/\\*])(?:run\.json|cell\.json|metrics\.jsonl)$")
+# What bench/ calls a run record (and RunRecord's .cell / .run): a run.json or cell.json key read off
+# one of these by string (``doc["status"]``, ``cell.get("repeat")``, ``(cell or {}).get("slurm")``)
+# bypasses the typed record. The tables share the records' names on purpose (runs.csv's status, arm,
+# cell_id, ...) and are pandas objects named otherwise (df, runs, g, row): no static check tells a
+# DataFrame's column from a dict's key, so the check goes by the receiver's name.
+RECORD_NAMES = {"cell", "doc", "run", "record", "cell_doc", "run_doc"}
+# (module, receiver) -> (keys, why): where a record's name holds another object with such a key.
+OTHER_OBJECTS: dict[tuple[str, str], tuple[set[str], str]] = {
+    ("bench/probe/nodevram.py", "doc"): (
+        {"status", "reason"},
+        "one node's VRAM summary (vram_node_<n>.json)",
+    ),
+    ("bench/run/ab.py", "doc"): ({"trainer", "precision"}, "the sweep config `bench ab` writes (ab.yaml)"),
+    ("bench/run/ab.py", "cell"): ({"set"}, "that sweep config's cells entry"),
+    ("bench/trainers/specforge_cli/instrument.py", "doc"): (
+        {"profile"},
+        "the probe's own record of SpecForge",
+    ),
+}
+
+
+def docstring_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the docstrings' Constant nodes (a docstring may name the files)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def record_file_literals(source: str) -> list[tuple[int, str]]:
+    """(line, string) of each string constant but a docstring that names a record file."""
+    tree = ast.parse(source)
+    skip = docstring_nodes(tree)
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip
+        and RECORD_FILE.search(n.value)
+    ]  # fmt: skip
+
+
+def receiver(node: ast.AST) -> str | None:
+    """The name a subscript or .get is applied to: ``doc``, ``rec.cell`` -> cell, ``(cell or {})`` -> cell."""
+    while isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        node = node.values[0]
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def record_key_reads(source: str, keys: set[str]) -> list[tuple[int, str, str, str]]:
+    """(line, receiver, key, code) of each ``X["key"]`` and ``X.get("key", ...)`` (also .pop,
+    .setdefault) with X named as a record and "key" one of run.json's or cell.json's fields."""
+    found = []
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Subscript):
+            target, key = n.value, n.slice
+        elif (
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args
+            and n.func.attr in ("get", "pop", "setdefault")
+        ):  # fmt: skip
+            target, key = n.func.value, n.args[0]
+        else:
+            continue
+        name = receiver(target)
+        if isinstance(key, ast.Constant) and key.value in keys and name in RECORD_NAMES:
+            found.append((n.lineno, name, key.value, ast.unparse(n)))
+    return found
+
+
+def record_keys() -> set[str]:
+    from dataclasses import fields
+
+    from bench.record import CellDoc, RunDoc
+
+    return {f.name for cls in (CellDoc, RunDoc) for f in fields(cls)} - {"extra", "_keys"}
+
+
+def test_only_bench_record_names_the_record_files_and_reads_their_keys():
+    """cell.json, run.json and metrics.jsonl are read and written through bench/record.py alone:
+    no other module of bench/ spells their names (docstrings may), and none reads a run.json or
+    cell.json key by string off a record (records are read by attribute: ``doc.status``)."""
+    keys = record_keys()
+    names, reads, exempted = [], [], set()
+    for path in sorted((REPO / "bench").rglob("*.py")):
+        if path == RECORD_HOME:
+            continue
+        rel, source = str(path.relative_to(REPO)), path.read_text()
+        names += [f"{rel}:{line}: {text!r}" for line, text in record_file_literals(source)]
+        for line, name, key, code in record_key_reads(source, keys):
+            if key in OTHER_OBJECTS.get((rel, name), (set(), ""))[0]:
+                exempted.add((rel, name))
+            else:
+                reads.append(f"{rel}:{line}: {code}")
+    assert not names, "record files named outside bench/record.py: " + "; ".join(names)
+    assert not reads, "record keys read by string: " + "; ".join(reads)
+    assert exempted == set(OTHER_OBJECTS), f"stale exemptions: {sorted(set(OTHER_OBJECTS) - exempted)}"
+
+
+def test_the_record_checks_catch_what_they_mean():
+    source = (
+        '"""Reads run.json."""\n'
+        'P, G, M = "run.json", "*/cell.json", f"{d}/metrics.jsonl"\n'
+        'S = "run.json is torn"\n'
+        'a, b, c = doc["status"], rec.cell.get("repeat"), (cell or {}).get("slurm")\n'
+        'd, e, f = df["status"], doc.get("order"), exit_doc.get("exit_code")\n'
+    )
+    assert [text for _, text in record_file_literals(source)] == ["run.json", "*/cell.json", "/metrics.jsonl"]
+    assert [code for *_, code in record_key_reads(source, record_keys())] == [
+        "doc['status']", "rec.cell.get('repeat')", "(cell or {}).get('slurm')",
+    ]  # fmt: skip

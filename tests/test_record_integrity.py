@@ -1,7 +1,8 @@
 """Numbers nobody can corrupt (issue 19): a run's identity comes from sweep.json's plan and its
 directory's name, checked against cell.json (a damaged or disagreeing cell.json makes the run an
 error, never a run of another arm); a planned run whose directory is gone stays in runs.csv
-("not run"); a bad value in metrics.jsonl keeps the run out of the statistics with a note.
+("not run"); a bad value in metrics.jsonl keeps the run out of the statistics with a note; a
+record field of the wrong type (bench/record.py) stops the report with one line naming it.
 
 Hand-made sweep directories, built as the driver and the trainer write them
 (docs/run-contract.md), read back through ``python -m bench report`` / build_report.
@@ -194,6 +195,30 @@ def test_intact_runs_read_as_before_and_bench_report_says_which_run_is_damaged(t
     assert row(runs_csv, run_id=run_id("sdpa", 2))["reason"] == (
         "cell.json is an array, not an object: its cell, arm and repeat are unconfirmed"
     )
+
+
+@pytest.mark.parametrize(
+    "name, key, value, says",
+    [
+        ("cell.json", "repeat", "x", "field 'repeat' is a string, expected an integer"),
+        ("cell.json", "steps", 6.5, "field 'steps' is a number, expected an integer"),
+        ("run.json", "status", 1, "field 'status' is a number, expected a string"),
+    ],
+)
+def test_a_mistyped_record_field_is_one_error_line_through_bench_report(
+    tmp_path, capsys, name, key, value, says
+):
+    """A field of the wrong type is no damage to work around: `bench report` stops with one line
+    naming the file and the field (exit 2), before it writes anything."""
+    from bench.__main__ import main
+
+    sweep = write_sweep(tmp_path, "sdpa", rounds=2)
+    path = sweep / "runs" / run_id("sdpa", 2) / name
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    assert main(["report", str(sweep)]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"error: {path}: {says}\n" and out == ""
+    assert not (sweep / "runs.csv").exists() and not (sweep / "report.md").exists()
 
 
 # --- 2. planned runs with no directory ----------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from bench.config import SweepError, plan
+from bench.record import RunDoc
 from bench.trainers import load_config, plug_for
 from bench.trainers.specforge_cli.log import StepCollector, parse_step_line
 from bench.trainers.specforge_cli.plug import SpecForgeCliPlug, find_python, refusal
@@ -346,7 +347,7 @@ def test_specforge_itself_refuses_a_bad_key_before_anything_is_written(tmp_path)
 # ---------------------------------------------------------------- reading a run back
 
 
-def reconciled(tmp_path: Path, log: str, rows: int, rc: int, timed_out: bool) -> dict:
+def reconciled(tmp_path: Path, log: str, rows: int, rc: int, timed_out: bool) -> RunDoc:
     cfg = load_config(sweep(tmp_path, [{"config": TINY, "batch_size": 2, "seq_len": 128}]))
     run = plan(cfg)[0]
     rdir = tmp_path / "run"
@@ -359,20 +360,20 @@ def reconciled(tmp_path: Path, log: str, rows: int, rc: int, timed_out: bool) ->
             for row in c.add(*parse_step_line(ln), elapsed_s=10.0 + i, t=1e9 + i):
                 f.write(json.dumps(row) + "\n")
     doc = SpecForgeCliPlug(python="/py").reconcile(rdir, run, rc, timed_out, "2026-12-01T00:00:00+00:00")
-    assert json.loads((rdir / "run.json").read_text()) == doc
+    assert json.loads((rdir / "run.json").read_text()) == doc.to_json()
     assert not (rdir / "specforge-out").exists()
     return doc
 
 
 def test_a_finished_run_is_ok_with_its_startup(tmp_path):
     doc = reconciled(tmp_path, "\n".join(step_lines()[:4]) + "\n", rows=4, rc=0, timed_out=False)
-    assert doc["status"] == "ok" and doc["reason"] is None and doc["arm"] == "baseline"
-    assert 9.0 < doc["startup_s"] < 10.0  # the first step's arrival minus its own time
+    assert doc.status == "ok" and doc.reason is None and doc.arm == "baseline"
+    assert 9.0 < doc.startup_s < 10.0  # the first step's arrival minus its own time
 
 
 def test_a_run_that_exits_0_with_steps_missing_is_not_ok(tmp_path):
     doc = reconciled(tmp_path, "", rows=2, rc=0, timed_out=False)
-    assert doc["status"] == "error" and "metrics.jsonl holds 2 of 4 steps" in doc["reason"]
+    assert doc.status == "error" and "metrics.jsonl holds 2 of 4 steps" in doc.reason
 
 
 def test_an_out_of_memory_specforge_run_is_oom(tmp_path):
@@ -382,12 +383,12 @@ def test_an_out_of_memory_specforge_run_is_oom(tmp_path):
         "capacity of 139.81 GiB of which 1.2 GiB is free.\n"
     )
     doc = reconciled(tmp_path, log, rows=1, rc=1, timed_out=False)
-    assert doc["status"] == "oom" and doc["reason"] == "CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert doc.status == "oom" and doc.reason == "CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
 def test_a_run_killed_at_its_timeout_says_at_which_step(tmp_path):
     doc = reconciled(tmp_path, "\n".join(step_lines()[:2]), rows=2, rc=-15, timed_out=True)
-    assert doc["status"] == "timeout" and doc["reason"] == "timed out after 240 s at step 2/4"
+    assert doc.status == "timeout" and doc.reason == "timed out after 240 s at step 2/4"
 
 
 @pytest.mark.slow

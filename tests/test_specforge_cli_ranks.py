@@ -92,8 +92,8 @@ def test_a_rank_that_dies_mid_run_is_named_with_the_step(tmp_path):
     exit_doc = {"exit_code": 1, "last_step": rows[-1]["step"], "stop": {"stopped": False}}
     (rdir / "specforge.json").write_text(json.dumps(exit_doc))
     doc = SpecForgeCliPlug(python="/py").reconcile(rdir, run, 1, False, "2026-12-01T00:00:00+00:00")
-    assert doc["status"] == "error"
-    assert doc["reason"] == (
+    assert doc.status == "error"
+    assert doc.reason == (
         "rank 1 of 2 was killed by SIGKILL after step 3 of 40; torchrun stopped the other ranks (exit code 1)"
     )
 

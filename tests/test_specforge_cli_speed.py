@@ -152,7 +152,7 @@ def wrapped(root: Path, rdir: Path, steps: int, env: dict | None = None) -> subp
     )
 
 
-def reconciled(rdir: Path, steps: int, rc: int) -> dict:
+def reconciled(rdir: Path, steps: int, rc: int):
     from bench.config import plan
     from bench.trainers import load_config
     from bench.trainers.specforge_cli.plug import SpecForgeCliPlug
@@ -177,10 +177,8 @@ def test_a_killed_specforge_says_by_which_signal_after_which_step(sweep, tmp_pat
     os.kill(int(children[0]), signal.SIGKILL)  # SpecForge itself, mid-run
     rc = proc.wait(timeout=120)
     doc = reconciled(rdir, 40, rc)
-    assert doc["status"] == "error" and doc["reason"].startswith(
-        "SpecForge was killed by SIGKILL after step "
-    )
-    assert "of 40" in doc["reason"] and "{" not in doc["reason"] and len(doc["reason"]) < 200
+    assert doc.status == "error" and doc.reason.startswith("SpecForge was killed by SIGKILL after step ")
+    assert "of 40" in doc.reason and "{" not in doc.reason and len(doc.reason) < 200
 
 
 def test_a_run_whose_step_lines_are_not_recognised_says_so_with_its_first_lines(sweep, tmp_path):
@@ -200,5 +198,5 @@ def test_a_run_whose_step_lines_are_not_recognised_says_so_with_its_first_lines(
     rc = proc.wait(timeout=300)
     assert "step 1 | " in (rdir / "stdout.log").read_text()
     doc = reconciled(rdir, 2, rc)
-    assert doc["status"] == "error" and doc["reason"].startswith("no step line recognised in SpecForge's ")
-    assert "its first lines: " in doc["reason"]
+    assert doc.status == "error" and doc.reason.startswith("no step line recognised in SpecForge's ")
+    assert "its first lines: " in doc.reason

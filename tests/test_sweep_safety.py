@@ -124,10 +124,8 @@ def test_an_ok_run_with_missing_or_torn_metrics_is_not_ok(tmp_path):
     rows = [json.dumps({"step": i, "step_time_s": 0.1, "samples": 1}) for i in (1, 2, 3)]
     (rdir / "metrics.jsonl").write_text("\n".join(rows) + '\n{"step": 4, "step_ti')
     doc = EMBEDDED.reconcile(rdir, run, 0, False, "t0")
-    assert doc["status"] == "error"
-    assert (
-        doc["reason"] == "metrics.jsonl holds 3 of 4 steps and 1 unreadable line(s); the run is not counted"
-    )
+    assert doc.status == "error"
+    assert doc.reason == "metrics.jsonl holds 3 of 4 steps and 1 unreadable line(s); the run is not counted"
     assert read_json(rdir / "run.json")["status"] == "error"
 
 
@@ -136,8 +134,23 @@ def test_a_torn_run_json_is_reported_as_such(tmp_path):
     (rdir / "run.json").write_text('{"status": "ok", "rea')
     (rdir / "stdout.log").write_text("step 1/4\nKilled\n")
     doc = EMBEDDED.reconcile(rdir, run, -9, False, "t0")
-    assert doc["status"] == "error" and doc["reason"] == "Killed (killed by SIGKILL)"
-    assert "not valid JSON" in doc["driver_note"]
+    assert doc.status == "error" and doc.reason == "Killed (killed by SIGKILL)"
+    assert "not valid JSON" in doc.driver_note
+
+
+def test_a_run_json_breaking_the_contract_is_replaced_by_the_drivers(tmp_path):
+    """A field of the wrong type (bench/record.py) is no record to keep: the driver's replaces it,
+    its note naming the field."""
+    run, rdir = _run(tmp_path)
+    (rdir / "run.json").write_text(json.dumps({"status": "ok", "reason": None, "world_size": "1"}))
+    (rdir / "stdout.log").write_text("step 1/4\nKilled\n")
+    doc = EMBEDDED.reconcile(rdir, run, -9, False, "t0")
+    assert doc.status == "error" and doc.reason == "Killed (killed by SIGKILL)" and doc.world_size == 1
+    assert doc.driver_note == (
+        f"the trainer's run.json broke the run contract ({rdir / 'run.json'}: field 'world_size' is a "
+        "string, expected an integer); replaced by the driver's"
+    )
+    assert read_json(rdir / "run.json")["driver_note"] == doc.driver_note
 
 
 def test_a_damaged_offline_cache_is_prepared_again(tmp_path, fakes, capsys):  # noqa: F811

@@ -107,6 +107,24 @@ def test_online_with_target_in_the_loop(tmp_path, tiny_cache, monkeypatch, capsy
     a, b = metrics(on), metrics(off)
     assert [r["loss"] for r in a] == pytest.approx([r["loss"] for r in b], rel=1e-5)
     assert a[0]["grad_norm"] == pytest.approx(b[0]["grad_norm"], rel=1e-5)
+    for out in (on, off):
+        assert_run_records(out)
+
+
+def assert_run_records(out):
+    """Our trainer's files are the driver's records (bench/record.py; the trainer imports nothing
+    of the driver, so this ties the two): the names, run.json with no key the record does not
+    type, every metrics row a MetricRow (untyped there: the trainer's alloc_ooms and model_tflops)."""
+    from bench.record import METRICS_JSONL, RUN_JSON, RunDoc, read_metrics_counted
+    from specforge.runfiles import RUN_FILES
+
+    assert RUN_FILES == (RUN_JSON, METRICS_JSONL)
+    obj = json.loads((out / RUN_JSON).read_text())
+    doc = RunDoc.from_json(obj, out / RUN_JSON)
+    assert doc.extra == {} and doc.to_json() == obj and doc.status == "ok"
+    rows, bad = read_metrics_counted(out)
+    assert bad == 0 and [r.step for r in rows] == list(range(1, len(metrics(out)) + 1))
+    assert {k for r in rows for k in r.extra} <= {"alloc_ooms", "model_tflops", "profiled"}
 
 
 def test_existing_run_not_overwritten(tmp_path, tiny_cache):

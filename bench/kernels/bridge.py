@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.config import Cell, Run, SweepConfig, format_set_value
 from bench.errors import SweepError
+from bench.record import RUN_JSON, RunDoc, read_run
 from bench.trainers import load_config
 from bench.trainers.embedded.facts import MODULE as OUR_MODULE  # our trainer, whose modules kernels times
 
@@ -135,14 +136,11 @@ def prepare_cache(session: Any, run: Run) -> str | None:
     return session.cache_errors.get(run.cell.cache_key())
 
 
-def run_in_session(session: Any, run: Run, rdir: Path) -> dict:
+def run_in_session(session: Any, run: Run, rdir: Path) -> RunDoc:
     """One run through the sweep's run loop into ``rdir`` (cell.json, the polled process tree, the
-    plug's run.json); returns run.json's content."""
-    from bench.fileio import read_json
-
+    plug's run.json); returns its run.json."""
     session.run(run, rdir=rdir, show=False, prime=False)
-    doc = read_json(rdir / "run.json")
-    return doc if isinstance(doc, dict) else {"status": "error", "reason": f"no run.json in {rdir}"}
+    return read_run(rdir, tolerant=True) or RunDoc.of(status="error", reason=f"no {RUN_JSON} in {rdir}")
 
 
 # ---------------------------------------------------------------- the report's writers

@@ -114,11 +114,11 @@ def _profile_run(session, run: Run, rdir: Path, log) -> dict:
     doc = bridge.run_in_session(session, profile_run(run), rdir)
     path = rdir / "profile.json"
     out = {"status": "ok", "reason": None, "profile": None}
-    if doc.get("status") == "ok" and path.is_file():
+    if doc.status == "ok" and path.is_file():
         out["profile"] = json.loads(path.read_text())
     else:
-        why = doc.get("reason") or f"no {path.name} written"
-        out.update(status=doc.get("status") if doc.get("status") != "ok" else "error", reason=why)
+        why = doc.reason or f"no {path.name} written"
+        out.update(status=doc.status if doc.status != "ok" else "error", reason=why)
     log(f"    {out['status']} ({time.monotonic() - t0:.0f} s){': ' + out['reason'] if out['reason'] else ''}")
     return out
 

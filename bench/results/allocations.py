@@ -9,7 +9,7 @@ from bench.results.records import RunRecord
 
 
 def _allocation(rec: RunRecord) -> str | None:
-    slurm = rec.cell.get("slurm") if rec.cell else None
+    slurm = rec.cell.slurm if rec.cell else None
     key = slurm.get("allocation") if isinstance(slurm, dict) else None
     return str(key) if key is not None else None
 

@@ -5,12 +5,8 @@ loss_parity.csv and vram_per_card.csv (docs/run-contract.md); the report's file 
 from __future__ import annotations
 
 from bench.distribution import DEFAULT_TRAINER  # noqa: F401  (re-read by results modules: the trainer a cell.json without "trainer" ran)
+from bench.record import METRIC_FIELDS  # noqa: F401  (declared by bench.record.MetricRow; re-read from here)
 
-METRIC_FIELDS = [
-    "step", "loss", "accuracy", "step_time_s", "samples", "tokens", "samples_per_s", "tokens_per_s",
-    "lr", "grad_norm", "torch_peak_allocated_gib", "torch_peak_reserved_gib", "mfu", "elapsed_s", "time",
-    "alloc_retries",
-]  # fmt: skip
 # A steady step this many times its run's median step time is an outlier (hyperfine warns alike).
 OUTLIER_RATIO = 1.5
 # Read-only GPU state of the run's busiest card, sampled by the poller: min/median/max over the

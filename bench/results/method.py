@@ -43,7 +43,7 @@ def provenance_section(sweep: dict, runs: pd.DataFrame) -> list[str]:
 def method_section(
     sweep: dict, records: list[RunRecord], runs: pd.DataFrame, summary: pd.DataFrame
 ) -> list[str]:
-    steps = join_unique(pd.Series([r.cell.get("steps") for r in records], dtype=object)) or "?"
+    steps = join_unique(pd.Series([r.cell.steps if r.cell else None for r in records], dtype=object)) or "?"
     warmup = join_unique(runs["warmup_steps"].astype("Int64")) or "0"
     first_cell = records[0].cell_id
     seq = [f"{r.arm} r{r.repeat}" for r in records if r.cell_id == first_cell]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from bench import fmt
 from bench.arms import ARMS, BASELINE
+from bench.record import CellDoc
 from bench.results.columns import LOSS_PARITY_COLUMNS, PARITY_CRITERION, RUNS_COLUMNS, SUMMARY_COLUMNS
 from bench.results.records import RunRecord, in_statistics, run_row
 from bench.results.verdicts import Parity
@@ -63,22 +64,24 @@ def pair_deltas(base: RunRecord, other: RunRecord, default_tolerance: float) -> 
         other.metrics[["step", "loss"]], on="step", suffixes=("_baseline", "_arm")
     )
     j["abs_delta"] = (j["loss_arm"] - j["loss_baseline"]).abs()
-    tol = fmt.num(base.cell.get("loss_tolerance", other.cell.get("loss_tolerance")), default_tolerance)
-    return j, tol
+    cell, other_cell = base.cell or CellDoc(), other.cell or CellDoc()
+    tol = cell.loss_tolerance if cell.has("loss_tolerance") else other_cell.loss_tolerance
+    return j, fmt.num(tol, default_tolerance)
 
 
 def _parity_row(base: RunRecord, other: RunRecord, default_tolerance: float) -> dict[str, Any] | None:
     j, tol = pair_deltas(base, other, default_tolerance)
     if j.empty:
         return None
+    cell = base.cell or CellDoc()
     delta = j["abs_delta"]
     last = j.iloc[-1]
     last_delta = float(delta.iloc[-1])
     return {
         "cell_id": base.cell_id,
         "trainer": base.trainer,
-        **{c: base.cell.get(c) for c in ("profile", "mode", "batch_size", "seq_len", "gpus")},
-        "nodes": base.cell.get("nodes") or 1,  # cells recorded before multi-node have no key
+        **{c: getattr(cell, c) for c in ("profile", "mode", "batch_size", "seq_len", "gpus")},
+        "nodes": cell.nodes or 1,  # cells recorded before multi-node have no key
         "arm": other.arm,
         "repeat": base.repeat,
         "steps_compared": len(j),

@@ -1,7 +1,7 @@
-"""Typed run records: one run directory (cell.json, run.json, metrics.jsonl, vram.json and
-vram.jsonl) read into a RunRecord, and a record turned into its runs.csv row (run_row: the one
-definition of a run's throughput, its memory peaks, startup costs, GPU state and provenance,
-and of which runs enter the statistics: in_statistics).
+"""A run's results: one run directory (cell.json, run.json and metrics.jsonl, read through
+bench/record.py; vram.json and vram.jsonl) read into a RunRecord, and a record turned into its
+runs.csv row (run_row: the one definition of a run's throughput, its memory peaks, startup costs,
+GPU state and provenance, and of which runs enter the statistics: in_statistics).
 
 A run's identity (cell, arm, repeat) is its directory's name, checked against sweep.json's
 planned run order and cell.json; a run failing the check is an error, never a run of another
@@ -24,33 +24,36 @@ import pandas as pd
 from bench import fmt
 from bench.config.model import parse_run_id
 from bench.fileio import read_json, read_jsonl
-from bench.results.columns import (
-    CELL_COLUMNS,
-    DEFAULT_TRAINER,
+from bench.record import (
     METRIC_FIELDS,
-    STATE_FIELDS,
-    VRAM_PER_CARD_COLUMNS,
+    CellDoc,
+    RunDoc,
+    cell_unread,
+    has_run,
+    numbered_metrics,
+    read_cell,
+    read_run,
 )
+from bench.results.columns import CELL_COLUMNS, DEFAULT_TRAINER, STATE_FIELDS, VRAM_PER_CARD_COLUMNS
 from bench.results.energy import run_energy
 from bench.results.identity import odd_ones_out, plan_problem, workload_digest
-from bench.results.step_checks import numbered_rows, outlier_warning, retries_warning, step_problem
+from bench.results.step_checks import outlier_warning, retries_warning, step_problem
 
 NAN = float("nan")
 # cell.json's keys that say which run it is and how many steps are warm-up: checked, never guessed.
 IDENTITY_KEYS = ("run_id", "cell_id", "arm", "repeat", "warmup_steps")
 NOT_RUN = "not run"
 NOT_RUN_REASON = "planned in sweep.json, no run directory (not run yet, or its directory was removed)"
-_JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 
 
 @dataclass
 class RunRecord:
-    """Everything one run directory holds; missing files are empty ({} / no rows / None). A
-    cell.json that fails the identity check is kept out ({}), and ``flag`` says why."""
+    """Everything one run directory holds; missing files are None (metrics: no rows). A cell.json
+    that fails the identity check is kept out (None), and ``flag`` says why."""
 
     run_dir: Path
-    cell: dict[str, Any]
-    run: dict[str, Any]
+    cell: CellDoc | None  # the trusted cell.json
+    run: RunDoc | None  # None: missing, torn or empty
     metrics: pd.DataFrame  # one row per optimizer step (METRIC_FIELDS), sorted by step
     vram: dict[str, Any] | None
     flag: tuple[str, str] | None = None  # (status, reason) instead of run.json's: error, or not run
@@ -62,7 +65,9 @@ class RunRecord:
 
     def _from_id(self, key: str) -> str | None:
         parsed = parse_run_id(self.run_id)
-        return parsed[key] if parsed else self.cell.get(key)  # a name that is no run id: cell.json's
+        if parsed:
+            return parsed[key]
+        return getattr(self.cell, key) if self.cell else None  # a name that is no run id: cell.json's
 
     @property
     def run_id(self) -> str:
@@ -76,7 +81,7 @@ class RunRecord:
     def trainer(self) -> str | None:
         """The trainer plug that ran it; a cell.json from before the key existed: ours; no
         trusted cell.json: unknown (None)."""
-        return str(self.cell.get("trainer") or DEFAULT_TRAINER) if self.cell else None
+        return str(self.cell.trainer or DEFAULT_TRAINER) if self.cell else None
 
     @property
     def arm(self) -> str | None:
@@ -89,27 +94,27 @@ class RunRecord:
 
     @property
     def order_index(self) -> Any:
-        return self.cell.get("order_index") if self.cell else self.planned_index
+        return self.cell.order_index if self.cell else self.planned_index
 
     @property
     def status(self) -> str:
         if self.flag:
             return self.flag[0]
-        return str(self.run.get("status") or ("missing" if not self.run else "unknown"))
+        return str(self.run.status or "unknown") if self.run else "missing"
 
     @property
     def reason(self) -> str | None:
         if self.flag:
             return self.flag[1]
         if not self.run:
-            if (self.run_dir / "run.json").exists():
+            if has_run(self.run_dir):
                 return "run.json is not valid JSON (a torn write, or not written by a trainer)"
             return "run.json missing: the trainer never started or died before writing it"
-        return self.run.get("reason")
+        return self.run.reason
 
     @property
     def warmup_steps(self) -> int:
-        return int(self.cell.get("warmup_steps") or 0)
+        return int(self.cell.warmup_steps or 0) if self.cell else 0
 
     @property
     def steady(self) -> pd.DataFrame:
@@ -118,7 +123,7 @@ class RunRecord:
         return m[(m["step"] > self.warmup_steps) & m["step_time_s"].notna()]
 
 
-def _identity_problem(d: Path, cell: Any, plan: Sequence[str] | None) -> str | None:
+def _identity_problem(d: Path, cell: CellDoc | None, plan: Sequence[str] | None) -> str | None:
     """Why the run in directory ``d`` cannot be counted as the run its name says, or None: a run
     sweep.json did not plan, a cell.json missing, unreadable, not an object, lacking an identity
     key or naming another run (its run_id is the directory's name; its cell_id, arm and repeat
@@ -127,20 +132,15 @@ def _identity_problem(d: Path, cell: Any, plan: Sequence[str] | None) -> str | N
     if plan is not None and d.name not in plan:
         problems.append("not in sweep.json's planned run order")
     if cell is None:
-        exists = (d / "cell.json").exists()
-        problems.append(
-            "cell.json is not a JSON object (empty, torn or not JSON)" if exists else "cell.json missing"
-        )
-    elif not isinstance(cell, dict):
-        problems.append(f"cell.json is {_JSON_TYPES.get(type(cell), 'not an object')}, not an object")
-    elif lacking := [k for k in IDENTITY_KEYS if k not in cell]:
+        problems.append(cell_unread(d))
+    elif lacking := [k for k in IDENTITY_KEYS if not cell.has(k)]:
         problems.append(f"cell.json lacks {', '.join(lacking)}")
     else:
         named = {"run_id": d.name, **(parse_run_id(d.name) or {})}
         problems += [
-            f"cell.json says {k} {cell[k]!r}, the directory {want!r}"
+            f"cell.json says {k} {getattr(cell, k)!r}, the directory {want!r}"
             for k, want in named.items()
-            if str(cell[k]) != str(want)
+            if str(getattr(cell, k)) != str(want)
         ]
     return "; ".join(problems) or None
 
@@ -155,22 +155,28 @@ def _object(doc: Any) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _run_doc(d: Path) -> RunDoc | None:
+    """run.json; None when missing, torn, not an object or empty (``{}``: no record either)."""
+    doc = read_run(d)
+    return doc if doc is not None and doc.to_json() else None
+
+
 def load_run(d: Path, plan: Sequence[str] | None = None, sweep: dict | None = None) -> RunRecord:
     """The record of one run directory; ``plan``: sweep.json's planned run order to check it
     against (None: no plan); ``sweep``: sweep.json, whose plan of the run's cell its cell.json
     must match on every workload key (bench/results/identity.py)."""
-    cell = read_json(d / "cell.json")
+    cell = read_cell(d)
     problem = _identity_problem(d, cell, plan)
     if problem:
         problem += ": its cell, arm and repeat are unconfirmed"
     elif other := plan_problem(cell, sweep):
         problem = f"{other}: a run of another workload, not counted"
-    rows = numbered_rows(d / "metrics.jsonl")
-    trusted = {} if problem else cell
+    rows = numbered_metrics(d)
+    trusted = None if problem else cell
     return RunRecord(
         run_dir=d,
         cell=trusted,
-        run=_object(read_json(d / "run.json")) or {},
+        run=_run_doc(d),
         metrics=_load_metrics([r for _, r in rows]),
         vram=_object(read_json(d / "vram.json")),
         flag=("error", problem) if problem else None,
@@ -200,7 +206,7 @@ def _not_run(runs_dir: Path, plan: list[str], records: list[RunRecord]) -> list[
             continue
         out.append(
             RunRecord(
-                run_dir=runs_dir / run_id, cell={}, run={}, metrics=_load_metrics([]), vram=None,
+                run_dir=runs_dir / run_id, cell=None, run=None, metrics=_load_metrics([]), vram=None,
                 flag=(NOT_RUN, NOT_RUN_REASON), planned_index=i,
             )
         )  # fmt: skip
@@ -222,7 +228,7 @@ def load_runs(sweep_dir: str | Path) -> list[RunRecord]:
             if r.run_id in odd:
                 r.flag, r.cell, r.bad_metric = (
                     ("error", f"{odd[r.run_id]}: a run of another workload, not counted"),
-                    {},
+                    None,
                     None,
                 )
                 r.workload_digest = None
@@ -318,7 +324,9 @@ def _energy(rec: RunRecord) -> dict[str, Any]:
     """runs.csv's energy columns: the run's cards over its measured window (bench/results/energy.py)."""
     s = rec.steady
     samples = s["samples"].fillna(s["samples_per_s"] * s["step_time_s"]).sum(min_count=1)
-    return run_energy(rec.run_dir, rec.vram, measured_window(rec), samples, rec.cell.get("gpus"))
+    return run_energy(
+        rec.run_dir, rec.vram, measured_window(rec), samples, rec.cell.gpus if rec.cell else None
+    )
 
 
 def _startup(rec: RunRecord) -> dict[str, Any]:
@@ -327,11 +335,12 @@ def _startup(rec: RunRecord) -> dict[str, Any]:
     measured step (end of the last warm-up step, from metrics' elapsed_s); whether the
     compile cache was warm."""
     m, w = rec.metrics, rec.warmup_steps
+    run, cell = rec.run or RunDoc(), rec.cell or CellDoc()
     first = m.loc[m["step"] == 1, "step_time_s"]
     at_w = m.loc[m["step"] == w, "elapsed_s"] if w > 0 else pd.Series(dtype=float)
-    startup = fmt.num(rec.run.get("startup_s"))
-    warm = (rec.cell.get("compile_cache") or {}).get("warm")
-    phases = rec.run.get("startup") if isinstance(rec.run.get("startup"), dict) else {}
+    startup = fmt.num(run.startup_s)
+    warm = (cell.compile_cache or {}).get("warm")
+    phases = run.startup or {}
     preloaded = phases.get("imports_preloaded")
     return {
         "startup_s": startup,
@@ -340,8 +349,8 @@ def _startup(rec: RunRecord) -> dict[str, Any]:
         "first_step_s": first.iloc[0] if len(first) else NAN,
         "to_first_measured_step_s": at_w.iloc[0] if len(at_w) else (startup if w == 0 else NAN),
         "compile_cache_warm": None if warm is None else str(bool(warm)).lower(),
-        "exit_s": fmt.num(rec.run.get("exit_s")),  # after the last step to the exit (specforge-cli)
-        "run_wall_s": fmt.num(rec.run.get("wall_s")),
+        "exit_s": fmt.num(run.exit_s),  # after the last step to the exit (specforge-cli)
+        "run_wall_s": fmt.num(run.wall_s),
     }
 
 
@@ -364,7 +373,8 @@ def _step_stats(steady: pd.DataFrame) -> dict[str, float]:
 
 
 def _provenance(rec: RunRecord) -> dict[str, Any]:
-    prov = rec.run.get("provenance") or {}
+    run = rec.run or RunDoc()
+    prov = run.provenance or {}
     names = [str(n) for n in prov.get("gpu_names") or []]
     return {
         "hostname": prov.get("hostname"),
@@ -379,7 +389,7 @@ def _provenance(rec: RunRecord) -> dict[str, Any]:
         "torch_version": prov.get("torch"),
         "triton_version": prov.get("triton"),
         "transformers_version": prov.get("transformers"),
-        "liger_version": prov.get("liger_kernel") or (rec.run.get("liger") or {}).get("version"),
+        "liger_version": prov.get("liger_kernel") or (run.liger or {}).get("version"),
         "git_commit": prov.get("git_commit"),
     }
 
@@ -387,10 +397,11 @@ def _provenance(rec: RunRecord) -> dict[str, Any]:
 def run_row(rec: RunRecord) -> dict[str, Any]:
     """One runs.csv row. Non-ok runs keep steps logged and memory peaks; their timings stay NaN."""
     m, steady = rec.metrics, rec.steady
+    run, cell = rec.run or RunDoc(), rec.cell or CellDoc()
     row: dict[str, Any] = {
         "run_id": rec.run_id,
         "cell_id": rec.cell_id,
-        **{c: rec.cell.get(c) for c in CELL_COLUMNS},
+        **{c: getattr(cell, c) for c in CELL_COLUMNS},
         "trainer": rec.trainer,
         "workload_digest": rec.workload_digest,
         "arm": rec.arm,
@@ -407,15 +418,15 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         **_startup(rec),
         "torch_peak_allocated_gib": m["torch_peak_allocated_gib"].max(),
         "torch_peak_reserved_gib": m["torch_peak_reserved_gib"].max(),
-        "start_time": rec.run.get("start_time"),
-        "end_time": rec.run.get("end_time"),
+        "start_time": run.start_time,
+        "end_time": run.end_time,
         **_provenance(rec),
     }
     note = None
-    planned = rec.cell.get("steps")
+    planned = cell.steps
     if rec.flag:
         if len(m):
-            note = f"{len(m)} step(s) logged (run.json: {rec.run.get('status') or 'no status'}); excluded from stats"
+            note = f"{len(m)} step(s) logged (run.json: {run.status or 'no status'}); excluded from stats"
     elif rec.status != "ok":
         if len(m):
             note = f"{len(m)} step(s) logged before status '{rec.status}'; excluded from stats"
@@ -434,7 +445,7 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         row.update(_step_stats(steady))
     if rec.status == "ok" and not m.empty:
         row["loss_last"], row["accuracy_last"] = m["loss"].iloc[-1], m["accuracy"].iloc[-1]
-        acc = rec.run.get("accuracy_by_position_last")  # a trainer that logs them (specforge-cli)
+        acc = run.accuracy_by_position_last  # a trainer that logs them (specforge-cli)
         if isinstance(acc, list) and acc:
             row["accuracy_by_position_last"] = " ".join(fmt.f(x, ".4f") for x in acc)
     counted = note is None  # the allocator and outlier warnings are about runs in the statistics

@@ -38,13 +38,15 @@ def start_phases_section(records: list) -> list[str]:
     """Markdown: the median of each phase per cell and arm over ok runs that printed both lines."""
     groups: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
     for rec in records:
-        if rec.flag is not None or rec.run.get("status") != "ok":
+        if rec.flag is not None or rec.run is None or rec.run.status != "ok":
             continue
         doc = read_json(rec.run_dir / "specforge.json")
         split = phases(doc.get("startup_lines")) if isinstance(doc, dict) else None
         if split is not None:
             how = str(doc.get("start") or "exec")
-            groups.setdefault((str(rec.cell.get("cell_id")), str(rec.run.get("arm")), how), []).append(split)
+            groups.setdefault(
+                (str(rec.cell.cell_id if rec.cell else None), str(rec.run.arm), how), []
+            ).append(split)
     if not groups:
         return []
     rows = []

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from bench.record import CellDoc
 from bench.results.columns import OUTLIER_RATIO
 
 # metrics.jsonl's fields a throughput is computed from: each null or a finite number >= 0.
@@ -25,23 +25,6 @@ THROUGHPUT_FIELDS = ("step_time_s", "samples", "tokens", "samples_per_s", "token
 # 50x for a 20 ms CPU step on a loaded machine —: it is counted, with the outlier warning.
 PLAUSIBLE_RATIO = 50.0
 SLOW_RATIO = 1000.0
-
-
-def numbered_rows(path: Path) -> list[tuple[int, dict]]:
-    """(line number, object) of every complete JSON object of a JSONL file (a torn line is skipped)."""
-    out = []
-    try:
-        with open(path, errors="replace") as f:
-            for n, line in enumerate(f, 1):
-                try:
-                    obj = json.loads(line) if line.strip() else None
-                except ValueError:
-                    continue
-                if isinstance(obj, dict):
-                    out.append((n, obj))
-    except OSError:
-        return []
-    return out
 
 
 def _number(v: Any) -> bool:
@@ -81,26 +64,26 @@ def _numbering(rows: list[tuple[int, dict]], planned: Any) -> str | None:
     return None
 
 
-def samples_per_step(cell: dict) -> int | None:
+def samples_per_step(cell: CellDoc) -> int | None:
     """The samples one optimizer step takes, as the cell fixes them; None when it does not say."""
-    keys = [cell.get(k) for k in ("batch_size", "accumulation_steps", "gpus")]
+    keys = [cell.batch_size, cell.accumulation_steps, cell.gpus]
     if not all(_number(v) and v > 0 for v in keys):
         return None
-    nodes = cell.get("nodes") if _number(cell.get("nodes")) else 1
+    nodes = cell.nodes if _number(cell.nodes) else 1
     return int(keys[0] * keys[1] * keys[2] * nodes)
 
 
-def _samples(rows: list[tuple[int, dict]], cell: dict) -> str | None:
+def _samples(rows: list[tuple[int, dict]], cell: CellDoc) -> str | None:
     want = samples_per_step(cell)
     if want is None:
         return None
     for n, row in rows:
         v = row.get("samples")
         if v is not None and v != want:
-            acc, gpus, nodes = cell.get("accumulation_steps"), cell.get("gpus"), cell.get("nodes") or 1
+            acc, gpus, nodes = cell.accumulation_steps, cell.gpus, cell.nodes or 1
             return (
                 f"{_where(n, row)}: samples = {json.dumps(v)}, where the cell fixes {want} a step "
-                f"(batch {cell.get('batch_size')} × {acc} accumulation × {gpus} GPUs × {nodes} nodes)"
+                f"(batch {cell.batch_size} × {acc} accumulation × {gpus} GPUs × {nodes} nodes)"
             )
     return None
 
@@ -125,13 +108,14 @@ def _plausible(rows: list[tuple[int, dict]], warmup: int) -> str | None:
     return None
 
 
-def step_problem(rows: list[tuple[int, dict]], cell: dict) -> str | None:
-    """The first fact of metrics.jsonl (numbered rows) the run's own cell contradicts, as
-    ``metrics.jsonl line 5 (step 4): step_time_s = -0.4, not a finite number > 0``; None when none."""
-    warmup = cell.get("warmup_steps") if _number(cell.get("warmup_steps")) else 0
+def step_problem(rows: list[tuple[int, dict]], cell: CellDoc) -> str | None:
+    """The first fact of metrics.jsonl (its numbered rows as written: bench.record.numbered_metrics)
+    the run's own cell contradicts, as ``metrics.jsonl line 5 (step 4): step_time_s = -0.4, not a
+    finite number > 0``; None when none."""
+    warmup = cell.warmup_steps if _number(cell.warmup_steps) else 0
     for check in (
         _bad_value(rows),
-        _numbering(rows, cell.get("steps")),
+        _numbering(rows, cell.steps),
         _samples(rows, cell),
         _plausible(rows, warmup),
     ):

@@ -231,9 +231,14 @@ def training_parity_table(records: list[RunRecord], sweep: dict) -> pd.DataFrame
     rows = []
     for cell_id, runs in series(records).items():
         rec = cells.get(cell_id)
-        ident = {"cell_id": cell_id, **{k: (rec.cell.get(k) if rec else None) for k in ("profile", "mode")}}
+        cell = rec.cell if rec else None  # every record in cells has one
+        ident = {
+            "cell_id": cell_id,
+            "profile": cell.profile if cell else None,
+            "mode": cell.mode if cell else None,
+        }
         ident["trainer"] = rec.trainer if rec else None
-        steps = int(rec.cell.get("steps") or 0) if rec else 0
+        steps = int(cell.steps or 0) if cell else 0
         fell = learned(runs, p, steps)
         for arm in (a for a in runs if a not in (BASELINE, *FLOOR_ARMS)):
             for metric in METRICS:

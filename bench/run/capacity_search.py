@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from bench.config import Run, SweepConfig, run_id
-from bench.fileio import read_json
+from bench.record import read_run
 from bench.run import console
 from bench.run.capacity_plan import next_value, probe_cell, series
 from bench.run.engine import LOCAL, Engine
@@ -35,8 +35,8 @@ def _status(out_dir: Path, run: Run) -> str | None:
     rdir = run_dir(out_dir, run)
     if not is_finished(rdir):
         return None
-    doc = read_json(rdir / "run.json") or {}
-    return str(doc.get("status"))
+    doc = read_run(rdir, tolerant=True)
+    return str(doc.status if doc else None)
 
 
 def search(cfg: SweepConfig, out_dir: Path, info: dict, engine: Engine = LOCAL) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import Run
-from bench.fileio import read_json, read_jsonl
+from bench.record import has_run, read_metrics, read_run
 from bench.run.sweepdir import run_dir
 
 TICK_S = 1.0
@@ -53,12 +53,13 @@ class Progress:
         bar = self.bar
 
         def tick() -> None:
-            rows = read_jsonl(run_dir(out_dir, run) / "metrics.jsonl")
-            post = {"step": f"{rows[-1].get('step', len(rows)) if rows else 0}/{run.cell.steps}"}
-            if rows and isinstance(rows[-1].get("step_time_s"), int | float):
-                s = rows[-1]["step_time_s"]
+            rows = read_metrics(run_dir(out_dir, run))
+            step = (rows[-1].step if rows[-1].has("step") else len(rows)) if rows else 0
+            post = {"step": f"{step}/{run.cell.steps}"}
+            if rows and rows[-1].step_time_s is not None:
+                s = rows[-1].step_time_s
                 post["s/step"] = f"{s:.3f}"
-                left = max(run.cell.steps - int(rows[-1].get("step", len(rows))), 0)
+                left = max(run.cell.steps - int(step), 0)
                 post["run eta"] = f"{left * s:.0f}s"
             bar.set_postfix(post, refresh=False)
             now = time.monotonic()
@@ -102,11 +103,11 @@ def running_deltas(out_dir: Path, runs: list[Run], finished: Run) -> list[str]:
     cell = finished.cell.cell_id
     mine = [r for r in runs if r.cell.cell_id == cell]
     pair = [r for r in mine if r.repeat == finished.repeat]
-    if not all((run_dir(out_dir, r) / "run.json").exists() for r in pair):
+    if not all(has_run(run_dir(out_dir, r)) for r in pair):
         return []
     rate: dict[tuple[str, int], float] = {}
     for r in mine:
-        if (run_dir(out_dir, r) / "run.json").exists():
+        if has_run(run_dir(out_dir, r)):
             row = run_row(load_run(run_dir(out_dir, r)))
             if row.get("status") == "ok" and _finite(row.get("samples_per_s")) and row["samples_per_s"] > 0:
                 rate[(r.arm, r.repeat)] = row["samples_per_s"]
@@ -133,10 +134,10 @@ def running_deltas(out_dir: Path, runs: list[Run], finished: Run) -> list[str]:
 
 def print_outcome(out_dir: Path, runs: list[Run]) -> int:
     """Print the status counts and skip reasons; returns how many runs failed (error, timeout, oom)."""
-    docs = [read_json(run_dir(out_dir, r) / "run.json") or {} for r in runs]
-    counts = Counter(d.get("status", "missing") for d in docs)
+    docs = [read_run(run_dir(out_dir, r), tolerant=True) for r in runs]
+    counts = Counter(("missing" if d is None or not d.has("status") else d.status) for d in docs)
     print("runs: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
-    skipped = Counter(d.get("reason") for d in docs if d.get("status") == "skipped")
+    skipped = Counter(d.reason for d in docs if d is not None and d.status == "skipped")
     for reason, n in skipped.items():
         print(f"skipped {n} run(s): {reason}")
     return sum(counts[s] for s in (*FAILED, "missing"))

@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from bench.config import Run, SweepConfig, run_id
-from bench.fileio import read_json
+from bench.record import read_run
 from bench.run import preflight
 from bench.run.capacity_plan import probe_cell, series
 from bench.run.sweepdir import cache_dir_for, is_finished, run_dir
@@ -67,8 +67,8 @@ def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_proble
             print(f"cache {key} ({state}): {shlex.join(argv)}")
     for run in runs:
         rdir = run_dir(out_dir, run)
-        done = read_json(rdir / "run.json") if is_finished(rdir) else None
-        note = f"  [finished: {done.get('status')}]" if done else ""
+        done = read_run(rdir, tolerant=True) if is_finished(rdir) else None
+        note = f"  [finished: {done.status}]" if done else ""
         print(f"[{run.order_index + 1:>3}/{len(runs)}] {run.run_id}{note}")
         argv = plugs[run.cell.trainer].train_command(cfg, run, rdir, cache_dir_for(out_dir, run.cell))
         print(f"      {shlex.join(argv)}")

@@ -19,6 +19,7 @@ from bench.config import Run, SweepConfig
 from bench.fileio import atomic_write_json
 from bench.probe import nodevram, vram
 from bench.procs.launcher import run_process
+from bench.record import CellDoc, RunDoc, write_run
 from bench.run.engine import LOST, Lost, StepHooks
 
 
@@ -79,13 +80,13 @@ LOCKSTEP_VRAM = (
 )
 
 
-def record_lost(rdir: Path, doc: dict, lost: Lost) -> dict:
+def record_lost(rdir: Path, doc: RunDoc, lost: Lost) -> RunDoc:
     """run.json of a run the engine lost: status ``lost`` (never final: --resume redoes it), the
     engine's reason, and what the run's own reading-back said (``run_status``, ``run_reason``)."""
-    kept = {k: v for k, v in doc.items() if k not in ("status", "reason")}
-    rec = {**kept, "status": LOST, "reason": lost.reason, "lost_cause": lost.cause}
-    rec |= {"run_status": doc.get("status"), "run_reason": doc.get("reason")}
-    atomic_write_json(rdir / "run.json", rec)
+    rec = doc.updated(
+        status=LOST, reason=lost.reason, lost_cause=lost.cause, run_status=doc.status, run_reason=doc.reason
+    )
+    write_run(rdir, rec)
     return rec
 
 
@@ -128,38 +129,38 @@ def bytecode_dir(compile_dir: Path | None, env: Mapping[str, str] = os.environ) 
 
 def cell_record(
     cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | None, placement: dict | None = None
-) -> dict:
+) -> CellDoc:
     """cell.json: what the driver planned for this run (its identity, the cell, the command), and
     where the engine placed it (``placement``: a Slurm allocation's ``slurm``)."""
     c = run.cell
-    return {
-        "run_id": run.run_id,
-        "cell_id": c.cell_id,
-        "sweep": cfg.name,
-        "profile": c.profile,
-        "mode": c.mode,
-        "batch_size": c.batch_size,
-        "seq_len": c.seq_len,
-        "accumulation_steps": c.accumulation_steps,
-        "num_anchors": c.num_anchors,
-        "gpus": c.gpus,
-        "nodes": c.nodes,
-        "arm": run.arm,
-        "trainer": c.trainer,
-        "repeat": run.repeat,
-        "order_index": run.order_index,
-        "steps": c.steps,
-        "warmup_steps": c.warmup_steps,
-        "loss_tolerance": cfg.loss_tolerance,
-        "attention_backend": c.attention_backend,
-        "train_config": c.train_config,
-        "config_sha256": c.config_sha256,
-        "set": c.overrides,
-        "cache_dir": str(cache_dir) if cache_dir is not None else None,
-        "timeout_s": c.timeout_s,
-        "command": argv,
+    return CellDoc.of(
+        run_id=run.run_id,
+        cell_id=c.cell_id,
+        sweep=cfg.name,
+        profile=c.profile,
+        mode=c.mode,
+        batch_size=c.batch_size,
+        seq_len=c.seq_len,
+        accumulation_steps=c.accumulation_steps,
+        num_anchors=c.num_anchors,
+        gpus=c.gpus,
+        nodes=c.nodes,
+        arm=run.arm,
+        trainer=c.trainer,
+        repeat=run.repeat,
+        order_index=run.order_index,
+        steps=c.steps,
+        warmup_steps=c.warmup_steps,
+        loss_tolerance=cfg.loss_tolerance,
+        attention_backend=c.attention_backend,
+        train_config=c.train_config,
+        config_sha256=c.config_sha256,
+        set=c.overrides,
+        cache_dir=str(cache_dir) if cache_dir is not None else None,
+        timeout_s=c.timeout_s,
+        command=argv,
         **(placement or {}),
-    }
+    )
 
 
 # A run or cache preparation that failed with one of these failed for the machine, not for its

@@ -17,6 +17,7 @@ from bench.config import Cell, Run, SweepConfig
 from bench.fileio import WriteError, atomic_write_json, read_json, writing
 from bench.probe import vram
 from bench.procs.launcher import mark_exit, now
+from bench.record import write_cell
 from bench.run import caches, console, execute, preflight
 from bench.run.engine import LOCAL, Engine, RunLost
 from bench.run.sweepdir import (
@@ -185,16 +186,16 @@ class Session:
             argv = plug.lockstep_command(argv, *lockstep, last=run.cell.steps)
         warm = compile_dir is not None and any(p.is_file() for p in compile_dir.rglob("*"))  # not empty dirs
         record = execute.cell_record(cfg, run, argv, cache_dir, self.engine.placement())
-        record["compile_cache"] = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
+        compile_cache: dict = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
         pyc = execute.bytecode_dir(compile_dir)
         if pyc is not None:  # Python's bytecode shared too (PYTHONDONTWRITEBYTECODE in the environment)
-            record["compile_cache"]["bytecode"] = {
-                "dir": str(pyc),
-                "warm": pyc.is_dir() and any(pyc.iterdir()),
-            }
+            compile_cache["bytecode"] = {"dir": str(pyc), "warm": pyc.is_dir() and any(pyc.iterdir())}
+        record = record.updated(compile_cache=compile_cache)
         if lockstep is not None:
-            record["pairing"] = {"mode": "lockstep", "pair_dir": str(lockstep[0]), "role": lockstep[1]}
-        atomic_write_json(rdir / "cell.json", record)
+            record = record.updated(
+                pairing={"mode": "lockstep", "pair_dir": str(lockstep[0]), "role": lockstep[1]}
+            )
+        write_cell(rdir, record)
         return rdir, argv
 
     def refusal(self, run: Run, rdir: Path) -> str | None:
@@ -214,16 +215,14 @@ class Session:
         """The plug's reading-back of what the run left (run.json), the engine's loss or the
         machine's fault raised, launch.json marked finished; the run's one-line outcome."""
         doc = self.plug(run.cell).reconcile(rdir, run, rc, timed_out, started)
-        lost = (
-            step.lost(rdir, rc) if step is not None and not timed_out and doc.get("status") != "ok" else None
-        )
+        lost = step.lost(rdir, rc) if step is not None and not timed_out and doc.status != "ok" else None
         if lost is not None:  # the engine's loss (a node, a time limit), not the run's: stop, never final
             execute.record_lost(rdir, doc, lost)
             mark_exit(rdir / "launch.json", rc, timed_out)
             raise RunLost(run.run_id, lost)
-        fault = execute.environment_fault(doc.get("reason")) if doc.get("status") == "error" else None
+        fault = execute.environment_fault(doc.reason) if doc.status == "error" else None
         if fault:  # the machine failed the run, not its arm: stop, launch.json unmarked (unfinished)
-            raise WriteError(fault, f"{os.strerror(fault)} (the run stopped: {doc.get('reason')})", str(rdir))
+            raise WriteError(fault, f"{os.strerror(fault)} (the run stopped: {doc.reason})", str(rdir))
         mark_exit(rdir / "launch.json", rc, timed_out)
         return console.outcome_line(rdir)
 

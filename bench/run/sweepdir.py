@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench.config import Cell, Run, SweepConfig, SweepError, diff_resolved
 from bench.fileio import atomic_write_json, read_json, writing
+from bench.record import has_cell, has_run, read_cell, read_run
 from bench.results.columns import OPTIONAL_REPORT_FILES, REPORT_FILES
 from bench.trainers.outcome import TERMINAL
 
@@ -29,8 +30,8 @@ SWEEP_ENTRIES = ("sweep.json", LOCK, "runs/", "prime/", "pairs/", "cache/", "cac
 
 
 def is_finished(rdir: Path) -> bool:
-    doc = read_json(rdir / "run.json")
-    if not isinstance(doc, dict) or doc.get("status") not in TERMINAL:
+    doc = read_run(rdir, tolerant=True)
+    if doc is None or doc.status not in TERMINAL:
         return False
     launch = rdir / "launch.json"
     if not launch.exists():
@@ -51,19 +52,18 @@ def failed_rounds(out_dir: Path) -> list[dict]:
     rounds: dict[tuple[str, int], dict] = {}
     runs_dir = out_dir / "runs"
     for rdir in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
-        cell, doc = read_json(rdir / "cell.json"), read_json(rdir / "run.json")
-        if not isinstance(cell, dict) or not isinstance(cell.get("repeat"), int) or "cell_id" not in cell:
+        cell, doc = read_cell(rdir, tolerant=True), read_run(rdir, tolerant=True)
+        if cell is None or cell.repeat is None or not cell.has("cell_id"):
             continue
-        doc = doc if isinstance(doc, dict) else {}
-        key = (str(cell["cell_id"]), cell["repeat"])
+        key = (str(cell.cell_id), cell.repeat)
         r = rounds.setdefault(key, {"cell_id": key[0], "repeat": key[1], "runs": {}, "first": 1 << 30})
         r["runs"][rdir.name] = {
-            "arm": cell.get("arm"),
-            "status": doc.get("status"),
-            "reason": doc.get("reason"),
+            "arm": cell.arm,
+            "status": doc.status if doc else None,
+            "reason": doc.reason if doc else None,
         }
-        if isinstance(cell.get("order_index"), int):
-            r["first"] = min(r["first"], cell["order_index"])
+        if cell.order_index is not None:
+            r["first"] = min(r["first"], cell.order_index)
     failed = [r for r in rounds.values() if any(v["status"] in RETRYABLE for v in r["runs"].values())]
     failed.sort(key=lambda r: (r["first"], r["cell_id"], r["repeat"]))
     return [{k: v for k, v in r.items() if k != "first"} for r in failed]
@@ -184,7 +184,7 @@ def take_lock(out_dir: Path) -> int:
 
 def is_suite_run(rdir: Path) -> bool:
     """A directory under runs/ that a sweep wrote: it holds the run files the driver writes first."""
-    return rdir.is_dir() and any((rdir / n).exists() for n in ("cell.json", "launch.json", "run.json"))
+    return rdir.is_dir() and (has_cell(rdir) or (rdir / "launch.json").exists() or has_run(rdir))
 
 
 def foreign_runs(out_dir: Path) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from bench.errors import SweepError
 from bench.fileio import read_json
 from bench.procs.launcher import group_alive, log_lines
+from bench.record import read_cell, read_run
 from bench.run.engine import LOST
 from bench.run.sweepdir import LOCK, is_finished
 
@@ -52,14 +53,14 @@ def read_state(out_dir: Path) -> SweepState:
     launched: list[tuple[str, str, dict]] = []
     for run_id in order:
         rdir = out_dir / "runs" / run_id
-        run, cell = read_json(rdir / "run.json"), read_json(rdir / "cell.json")
-        job = ((cell or {}).get("slurm") or {}).get("job_id") if isinstance(cell, dict) else None
+        run, cell = read_run(rdir, tolerant=True), read_cell(rdir, tolerant=True)
+        job = (cell.slurm or {}).get("job_id") if cell else None
         if job and job not in state.job_ids:
             state.job_ids.append(str(job))
-        if is_finished(rdir):
-            state.statuses[str(run.get("status"))] += 1
-        elif isinstance(run, dict) and run.get("status") == LOST:
-            state.lost.append((run_id, str(run.get("reason"))))
+        if run is not None and is_finished(rdir):
+            state.statuses[str(run.status)] += 1
+        elif run is not None and run.status == LOST:
+            state.lost.append((run_id, str(run.reason)))
         elif isinstance(launch := read_json(rdir / "launch.json"), dict):
             launched.append((str(launch.get("start_time") or ""), run_id, launch))
     if launched:

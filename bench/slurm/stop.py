@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.fileio import read_json
+from bench.record import read_cell
 from bench.run.engine import LOST_EXIT, Lost
 from bench.run.sweepdir import is_finished
 from bench.slurm.alloc import Allocation, current, fields
@@ -155,10 +155,11 @@ def _requeue(
 def finished_here(out_dir: Path, alloc: Allocation) -> int:
     """How many runs of the sweep finished in this allocation (cell.json's slurm.allocation)."""
     n = 0
-    for cell in (out_dir / "runs").glob("*/cell.json"):
-        doc = read_json(cell)
-        where = doc.get("slurm") if isinstance(doc, dict) else None
-        n += isinstance(where, dict) and where.get("allocation") == alloc.key and is_finished(cell.parent)
+    runs = out_dir / "runs"
+    for rdir in sorted(runs.iterdir()) if runs.is_dir() else []:
+        cell = read_cell(rdir, tolerant=True)
+        where = cell.slurm if cell else None
+        n += isinstance(where, dict) and where.get("allocation") == alloc.key and is_finished(rdir)
     return n
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from bench.config import Cell, CellReader, Run, SweepConfig
+from bench.record import RunDoc
 
 
 class TrainerPlug(Protocol):
@@ -63,8 +64,9 @@ class TrainerPlug(Protocol):
         """Why an existing offline cache cannot be used, or None."""
         ...
 
-    def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> dict:
-        """Turn what the run left in ``rdir`` into its final run records; returns run.json's content."""
+    def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> RunDoc:
+        """Turn what the run left in ``rdir`` into its final run records (bench/record.py); returns
+        its run.json."""
         ...
 
 

@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 from bench.config import Run
-from bench.fileio import atomic_write_json, read_json, read_jsonl, read_jsonl_counted
+from bench.fileio import read_json
 from bench.procs.launcher import exit_text, log_lines, now
+from bench.record import RunDoc, read_metrics, read_metrics_counted, write_run
 
 # A run that ended: its run.json holds one of these statuses ("running" is not one).
 TERMINAL = ("ok", "oom", "error", "timeout", "skipped")
@@ -46,8 +47,8 @@ def failure(rdir: Path, run: Run, rc: int, timed_out: bool, oom_exit: int | None
     which step), an OOM (the allocator's sentence; or exit ``oom_exit``), else an error with the
     last meaningful log line and how the process ended."""
     if timed_out:
-        rows = read_jsonl(rdir / "metrics.jsonl")
-        at = f"at step {rows[-1].get('step')}/{run.cell.steps}" if rows else "before the first step"
+        rows = read_metrics(rdir)
+        at = f"at step {rows[-1].step}/{run.cell.steps}" if rows else "before the first step"
         return {"status": "timeout", "reason": f"timed out after {run.cell.timeout_s:g} s {at}"}
     lines = run_lines(rdir, run)
     oom = [ln for ln in lines if OOM_RE.search(ln)]
@@ -88,8 +89,8 @@ def how_it_ended(rdir: Path, run: Run, rc: int) -> str:
 
 def short_metrics(rdir: Path, run: Run) -> str | None:
     """Why an "ok" run's metrics.jsonl cannot back its result (steps missing, unreadable lines), or None."""
-    rows, bad = read_jsonl_counted(rdir / "metrics.jsonl")
-    steps = {r["step"] for r in rows if isinstance(r.get("step"), int)}
+    rows, bad = read_metrics_counted(rdir)
+    steps = {r.step for r in rows if r.step is not None}
     if len(steps) >= run.cell.steps and not bad:
         return None
     found = f"metrics.jsonl holds {len(steps)} of {run.cell.steps} steps"
@@ -98,15 +99,8 @@ def short_metrics(rdir: Path, run: Run) -> str | None:
 
 def record(rdir: Path, run: Run, status: str, reason: str) -> str:
     """run.json written by the driver for a run that never started (skipped, no cache); its outcome line."""
-    atomic_write_json(
-        rdir / "run.json",
-        {
-            "status": status,
-            "reason": reason,
-            "arm": run.arm,
-            "start_time": None,
-            "end_time": now(),
-            "config": None,
-        },
+    write_run(
+        rdir,
+        RunDoc.of(status=status, reason=reason, arm=run.arm, start_time=None, end_time=now(), config=None),
     )
     return f"{status}: {reason}"

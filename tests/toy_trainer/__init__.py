@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import bench.trainers.outcome as outcome
-from bench.fileio import append_jsonl, atomic_write_json
 from bench.procs.launcher import log_lines, now
+from bench.record import MetricRow, MetricsWriter, RunDoc, write_run
 from bench.trainers.base import Trainer
 
 NAME = "toy"
@@ -78,18 +78,18 @@ class ToyPlug:
     def cache_problem(self, cfg, cell, out_dir: Path, cdir: Path) -> str | None:
         return None
 
-    def reconcile(self, rdir: Path, run, rc: int, timed_out: bool, started: str) -> dict:
+    def reconcile(self, rdir: Path, run, rc: int, timed_out: bool, started: str) -> RunDoc:
         """Its ``TOY`` lines into metrics.jsonl, then run.json: ok when it exited 0 with every step."""
-        for line in log_lines(rdir / "stdout.log"):
-            if line.startswith(PREFIX):
-                append_jsonl(rdir / "metrics.jsonl", json.loads(line[len(PREFIX) :]))
-        doc = {"status": "ok", "reason": None, "arm": run.arm, "start_time": started, "end_time": now()}
-        doc |= {"world_size": 1, "exit_code": rc, "trainer": {"name": NAME}, "config": None}
+        with MetricsWriter(rdir) as metrics:
+            lines = [ln[len(PREFIX) :] for ln in log_lines(rdir / "stdout.log") if ln.startswith(PREFIX)]
+            metrics.write(MetricRow.from_json(json.loads(ln), metrics.path) for ln in lines)
+        doc = RunDoc.of(status="ok", reason=None, arm=run.arm, start_time=started, end_time=now())
+        doc = doc.updated(world_size=1, exit_code=rc, trainer={"name": NAME}, config=None)
         if rc != 0 or timed_out:
-            doc.update(outcome.failure(rdir, run, rc, timed_out))
+            doc = doc.updated(**outcome.failure(rdir, run, rc, timed_out))
         elif short := outcome.short_metrics(rdir, run):
-            doc.update(status="error", reason=short)
-        atomic_write_json(rdir / "run.json", doc)
+            doc = doc.updated(status="error", reason=short)
+        write_run(rdir, doc)
         return doc
 
 

@@ -18,8 +18,8 @@ import bench.trainers.outcome as outcome
 from bench.arms import ARMS, Arm
 from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
-from bench.fileio import atomic_write_json, read_json
 from bench.procs.launcher import exit_text, now
+from bench.record import RecordError, RunDoc, has_run, read_run, write_run
 from bench.trainers.launch import module_launcher, set_args
 
 NAME = "contract"  # the trainer's registered name (a sweep's `trainer: contract`)
@@ -163,37 +163,37 @@ class ContractPlug:
 
     # ------------------------------------------------------------ reading the run back
 
-    def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> dict:
+    def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> RunDoc:
         """The run's final run.json: the trainer's own when it recorded an end status, else the driver's."""
-        doc = read_json(rdir / "run.json")
-        torn = (rdir / "run.json").exists() and not isinstance(doc, dict)
-        doc = doc if isinstance(doc, dict) else {}
-        if doc.get("status") == "ok":
+        note = None
+        try:
+            doc = read_run(rdir)
+        except RecordError as e:  # a field of the wrong type: no record to keep, as a torn one
+            doc, note = None, f"the trainer's run.json broke the run contract ({e}); replaced by the driver's"
+        if doc is None and note is None and has_run(rdir):
+            note = "the trainer's run.json was not valid JSON (a torn write); replaced by the driver's"
+        doc = doc or RunDoc()
+        if doc.status == "ok":
             short = outcome.short_metrics(rdir, run)
             if short:  # "ok" with steps missing is not a result: say what was found
-                doc.update(
+                doc = doc.updated(
                     status="error", reason=short, driver_note="the trainer recorded ok; the driver did not"
                 )
-                atomic_write_json(rdir / "run.json", doc)
+                write_run(rdir, doc)
                 return doc
-        if doc.get("status") in outcome.TERMINAL:
+        if doc.status in outcome.TERMINAL:
             if timed_out:  # it finished, then hung on the way out: keep its result, say what happened
-                doc["driver_note"] = (
-                    f"killed at the {run.cell.timeout_s:g} s timeout after recording its end status"
+                doc = doc.updated(
+                    driver_note=f"killed at the {run.cell.timeout_s:g} s timeout after recording its end status"
                 )
-                atomic_write_json(rdir / "run.json", doc)
+                write_run(rdir, doc)
             return doc
-        base = {
-            "arm": run.arm,
-            "start_time": started,
-            "world_size": run.cell.gpus * run.cell.nodes,
-            "config": None,
-        }
-        doc = {**base, **doc, "end_time": now(), "exit_code": rc}
-        doc.update(outcome.failure(rdir, run, rc, timed_out, oom_exit=OOM_EXIT))
-        if torn:
-            doc["driver_note"] = (
-                "the trainer's run.json was not valid JSON (a torn write); replaced by the driver's"
-            )
-        atomic_write_json(rdir / "run.json", doc)
+        base = RunDoc.of(
+            arm=run.arm, start_time=started, world_size=run.cell.gpus * run.cell.nodes, config=None
+        )
+        doc = base.updated(**doc.to_json()).updated(end_time=now(), exit_code=rc)
+        doc = doc.updated(**outcome.failure(rdir, run, rc, timed_out, oom_exit=OOM_EXIT))
+        if note is not None:
+            doc = doc.updated(driver_note=note)
+        write_run(rdir, doc)
         return doc

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from bench.record import MetricRow, RecordError
 
 _STEP_RE = re.compile(r"^step (\d+): \{(.*)\}\s*$")
 _ITEM_RE = re.compile(r"'([^']+)': (\[[^\]]*\]|[^,\[\]]+)(?:, |$)")
@@ -139,3 +142,15 @@ class StepCollector:
     def flush(self, elapsed_s: float, t: float) -> list[dict[str, Any]]:
         done = sorted(self.pending)
         return [metrics_row(s, self.pending.pop(s), self.seq_len, elapsed_s, t) for s in done]
+
+
+def metric_records(rows: list[dict[str, Any]]) -> list[MetricRow]:
+    """The rows as metrics.jsonl's records; one holding a value of a type the record refuses (a log
+    line read oddly) is left out with a line on stderr: the run then lacks that step, and says so."""
+    out = []
+    for row in rows:
+        try:
+            out.append(MetricRow.from_json(row, f"step {row.get('step')}'s metrics row"))
+        except RecordError as e:
+            print(f"bench: not logged: {e}", file=sys.stderr, flush=True)
+    return out

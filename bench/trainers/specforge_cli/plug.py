@@ -32,8 +32,9 @@ import bench.trainers.specforge_cli.reasons as reasons
 from bench.arms import ARMS
 from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
-from bench.fileio import atomic_write_json, read_json, read_jsonl
+from bench.fileio import read_json
 from bench.procs.launcher import now
+from bench.record import RunDoc, read_metrics, write_run
 from bench.trainers.isolation import isolated_env, which_specforge
 from bench.trainers.specforge_cli.data import check_data
 from bench.trainers.specforge_cli.facts import NAME
@@ -277,45 +278,44 @@ class SpecForgeCliPlug:
 
     # ------------------------------------------------------------ reading the run back
 
-    def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> dict:
+    def reconcile(self, rdir: Path, run: Run, rc: int, timed_out: bool, started: str) -> RunDoc:
         """run.json for a SpecForge run (SpecForge writes none): ok when it exited 0 with every
         step logged; else the shared timeout / OOM / error classification."""
         shutil.rmtree(rdir / OUTPUT, ignore_errors=True)  # the wrapper's job, unless it was killed
         shutil.rmtree(rdir / "features", ignore_errors=True)
-        rows = read_jsonl(rdir / "metrics.jsonl")
+        rows = read_metrics(rdir)
         facts = self.facts or {}
         exit_doc = read_json(rdir / "specforge.json")
         exit_doc = exit_doc if isinstance(exit_doc, dict) else {}
         warm = exit_doc.get("start") == "warm-server" and not exit_doc.get("started_here")
-        first = rows[0] if rows else {}
         startup = None
-        if isinstance(first.get("elapsed_s"), float) and isinstance(first.get("step_time_s"), float):
-            startup = round(first["elapsed_s"] - first["step_time_s"], 3)
-        doc = {
-            "status": "ok",
-            "reason": None,
-            "arm": run.arm,
-            "start_time": started,
-            "end_time": now(),
-            "world_size": run.cell.gpus,
-            "exit_code": rc,
-            "trainer": {"name": self.name, "python": self.python, "specforge": facts.get("version")},
-            "config": {"train_config": run.cell.train_config, "set": run.cell.overrides},
-            "liger": {"enabled": ARMS[run.arm].liger, "version": facts.get("liger_kernel")},
-            "startup_s": startup,
-            "startup": {"imports_preloaded": warm},
-            "exit_s": exit_doc.get("exit_after_last_step_s"),
-            "accuracy_by_position_last": rows[-1].get("accuracy_by_position") if rows else None,
-            "wall_s": exit_doc.get("wall_s"),
-            "exit": exit_doc or None,
-            "provenance": {
+        if rows and isinstance(rows[0].elapsed_s, float) and isinstance(rows[0].step_time_s, float):
+            startup = round(rows[0].elapsed_s - rows[0].step_time_s, 3)
+        doc = RunDoc.of(
+            status="ok",
+            reason=None,
+            arm=run.arm,
+            start_time=started,
+            end_time=now(),
+            world_size=run.cell.gpus,
+            exit_code=rc,
+            trainer={"name": self.name, "python": self.python, "specforge": facts.get("version")},
+            config={"train_config": run.cell.train_config, "set": run.cell.overrides},
+            liger={"enabled": ARMS[run.arm].liger, "version": facts.get("liger_kernel")},
+            startup_s=startup,
+            startup={"imports_preloaded": warm},
+            exit_s=exit_doc.get("exit_after_last_step_s"),
+            accuracy_by_position_last=rows[-1].extra.get("accuracy_by_position") if rows else None,
+            wall_s=exit_doc.get("wall_s"),
+            exit=exit_doc or None,
+            provenance={
                 "hostname": socket.gethostname(),
                 "gpu_names": self.info.get("gpu_names") or [],
                 "gpu_count": self.info.get("gpu_count"),
                 "git_commit": self.info.get("git_commit"),
                 **{k: facts.get(k) for k in ("torch", "transformers", "triton", "liger_kernel", "python")},
             },
-        }
-        doc.update(reasons.failure(rdir, run, rc, timed_out, exit_doc) or {})
-        atomic_write_json(rdir / "run.json", doc)
+        )
+        doc = doc.updated(**(reasons.failure(rdir, run, rc, timed_out, exit_doc) or {}))
+        write_run(rdir, doc)
         return doc

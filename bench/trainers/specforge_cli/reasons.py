@@ -20,7 +20,7 @@ from pathlib import Path
 
 import bench.trainers.outcome as outcome
 from bench.config import Run
-from bench.fileio import read_jsonl
+from bench.record import read_metrics
 
 _EXC_RE = re.compile(
     r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b:?.*)$"
@@ -114,10 +114,10 @@ def failure(rdir: Path, run: Run, rc: int, timed_out: bool, exit_doc: dict) -> d
     if any(outcome.OOM_RE.search(ln) for ln in lines):
         return outcome.failure(rdir, run, rc, timed_out)
     if not exit_doc:  # the wrapper itself was killed: what metrics.jsonl saw
-        rows = read_jsonl(rdir / "metrics.jsonl")
+        rows = read_metrics(rdir)
         exit_doc = {
             "exit_code": -(rc - 128) if rc > 128 else rc,
-            "last_step": rows[-1].get("step") if rows else None,
+            "last_step": rows[-1].step if rows else None,
         }
     sig = killed_by(exit_doc)
     if sig is not None:

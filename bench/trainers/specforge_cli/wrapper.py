@@ -51,8 +51,9 @@ from pathlib import Path
 
 from bench.fileio import atomic_write_json, read_jsonl
 from bench.procs.launcher import kill_tree
+from bench.record import MetricsWriter
 from bench.trainers.isolation import isolated_env
-from bench.trainers.specforge_cli.log import StepCollector, parse_step_lines
+from bench.trainers.specforge_cli.log import StepCollector, metric_records, parse_step_lines
 
 OUTPUT = "specforge-out"  # SpecForge's output_dir inside the run directory
 STOP_GRACE_S = 30.0  # after a signal passed on from the driver, SIGKILL if SpecForge is still there
@@ -216,31 +217,30 @@ def lockstep_summary(path: Path) -> dict:
 
 def stream(
     proc,
-    metrics: Path,
+    rdir: Path,
     collector: StepCollector,
     t0: float,
     stop_after: int,
     stopper: Stopper,
     lockstep: Path | None = None,
 ) -> dict:
-    """Pass SpecForge's output through, writing each finished step; stop SpecForge once step
-    ``stop_after`` is written (0: never). ``lockstep``: the run's Lockstep records, whose own step
-    times replace SpecForge's. Returns what was seen: the time of the first and last step, the last
-    step, how many lines, the first lines."""
+    """Pass SpecForge's output through, writing each finished step into ``rdir``'s metrics.jsonl;
+    stop SpecForge once step ``stop_after`` is written (0: never). ``lockstep``: the run's Lockstep
+    records, whose own step times replace SpecForge's. Returns what was seen: the time of the first
+    and last step, the last step, how many lines, the first lines."""
     seen = {"first": None, "last": None, "last_step": None, "lines": 0, "head": [], "startup": []}
     pyspy = _pyspy_spec()
-    with metrics.open("a") as out:
+    with MetricsWriter(rdir) as out:
 
         def write(rows: list[dict]) -> None:
             if lockstep is not None and rows:
                 recs = lockstep_records(lockstep)
                 rows = [own_step_time(row, recs.get(row["step"])) for row in rows]
+            out.write(metric_records(rows))
             for row in rows:
-                out.write(json.dumps(row) + "\n")
                 seen["last_step"] = row["step"]
                 if stop_after and row["step"] >= stop_after:
                     stopper.stop()
-            out.flush()
 
         for line in proc.stdout:
             sys.stdout.write(line)
@@ -256,7 +256,7 @@ def stream(
                 seen["last"] = now
                 write(collector.add(*parsed, elapsed_s=time.monotonic() - t0, t=now))
                 if pyspy and seen["last_step"] is not None and seen["last_step"] >= pyspy[1]:
-                    seen["pyspy"] = _start_pyspy(pyspy, proc.pid, metrics.parent / "pyspy.txt")
+                    seen["pyspy"] = _start_pyspy(pyspy, proc.pid, rdir / "pyspy.txt")
                     pyspy = None
         write(collector.flush(elapsed_s=time.monotonic() - t0, t=time.time()))
     return seen
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     stopper = holder["stopper"] = Stopper(proc)
     seen = stream(
         proc,
-        rdir / "metrics.jsonl",
+        rdir,
         StepCollector(args.world, args.seq_len),
         t0,
         args.stop_after,
