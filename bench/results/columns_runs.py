@@ -155,7 +155,8 @@ ENERGY = (
 )  # fmt: skip
 RUNS_TABLE = Table(
     "runs.csv",
-    "one row per run, whatever its status (a planned run that did not run: `not run`)",
+    "one row per run, whatever its status (a planned run that did not run: `not run`); `trainer` to "
+    "`nodes` are the cell columns",
     (
         RUN_ID, CELL_ID, *CELL, WORKLOAD_DIGEST, ARM, REPEAT,
         Column("order_index", INT, "", "the run's 0-based position in the sweep's planned run order"),

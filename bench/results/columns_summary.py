@@ -181,9 +181,10 @@ CONTRASTS_TABLE = Table(
 # samples/s predicted from the source's saving per step and the target's own baseline step time.
 TRAINERS_TABLE = Table(
     "trainers.csv",
-    "only when two trainers ran the same cell (cells equal on the cell columns but `trainer`): per "
-    "non-baseline arm both ran and each ordered pair of trainers. The same absolute saving is a smaller "
-    "share of a longer step, so a slower trainer gains fewer percent from the same kernels",
+    "only when two trainers ran the same cell (cells equal on the cell columns but `trainer`; with a "
+    '"Two trainers, one cell" section in the report): per non-baseline arm both ran and each ordered pair '
+    "of trainers. The same absolute saving is a smaller share of a longer step, so a slower trainer gains "
+    "fewer percent from the same kernels",
     (
         Column("source_cell_id", TEXT, "", "the cell whose saving predicts"),
         Column("target_cell_id", TEXT, "", "the cell whose Δ is predicted"),
@@ -216,8 +217,8 @@ TRAINERS_TABLE = Table(
 # Cells that differ only in their world size (gpus x nodes) form one scaling series (one trainer's).
 SCALING_TABLE = Table(
     "scaling.csv",
-    "only when cells differ only in world size (e.g. `gpus_per_run: [1, 2]`; a series is one trainer's): "
-    "one row per arm and size, from summary.csv",
+    "only when cells differ only in world size (e.g. `gpus_per_run: [1, 2]`; with `scaling.png` and a "
+    "Scaling section in the report; a series is one trainer's): one row per arm and size, from summary.csv",
     (
         *(c for c in CELL if c.name not in ("gpus", "nodes")), ARM,
         *(c for c in CELL if c.name in ("gpus", "nodes")),
