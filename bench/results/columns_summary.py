@@ -100,7 +100,7 @@ SUMMARY_TABLE = Table(
         Column("peak_vram_gib_max", FLOAT, "GiB", "", of="peak_vram_gib", how="max"),
         Column(
             "peak_vram_delta_gib", FLOAT, "GiB",
-            "the busiest card above its idle baseline: what `bench compare` compares",
+            "what `bench compare` compares (the busiest card above its idle baseline)",
             of="peak_vram_delta_gib", how="mean",
         ),
         Column("torch_peak_allocated_gib", FLOAT, "GiB", "", of="torch_peak_allocated_gib", how="mean"),
