@@ -80,7 +80,8 @@ SPECFORGE_VERSION ?= 0.2.0
 SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
 
 # make golden: rebuild every committed sweep's CSVs, report and plots from its run files (after a
-# change to bench/results/ that is meant to move them; tests/test_results_golden.py holds them).
+# change to bench/results/ that is meant to move them; tests/test_results_golden.py holds them), and
+# docs/columns.md from the column registry (bench/results/columns.py; tests/test_docs_match.py).
 .PHONY: golden install light-install test test-fast lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
 
 # The training side: the `train` extra (torch, transformers, safetensors) and EXTRAS.
@@ -123,6 +124,7 @@ test-fast: $(INSTALL)
 golden: $(INSTALL)
 	@for d in results/*/runs; do d=$${d%/runs}; echo "bench report $$d"; \
 	  $(PYTHON) -m bench report "$$d" >/dev/null; rc=$$?; [ $$rc = 0 ] || [ $$rc = 4 ] || exit $$rc; done  # 4: a parity failure it reports
+	$(PYTHON) -m bench.results.columns_doc docs/columns.md
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

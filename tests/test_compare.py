@@ -337,14 +337,6 @@ def test_compare_csv_carries_each_rows_ci_and_each_sides_liger_delta_with_its_ci
     assert df["gate"].isna().all()  # no gate asked for
 
 
-def test_the_readme_names_every_column_of_compare_csv():
-    from bench.results.compare import COMPARE_COLUMNS
-    from tests.test_docs_match import documented, paragraph
-
-    text = paragraph("compare.csv")
-    assert [c for c in COMPARE_COLUMNS if not documented(c, text)] == []
-
-
 @pytest.mark.parametrize("sweep", ["h200-options", "h200-specforge", "h200-specforge-verdict-learn"])
 def test_the_console_fits_100_columns_and_a_sweep_with_unrun_rows_compares(sweep, capsys):
     """The console table was 276 columns wide; a committed runs.csv with a planned run that never

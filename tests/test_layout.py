@@ -1,5 +1,6 @@
 """The code's shape: no import cycle, arrows pointing one way, no two packages importing each
-other, small modules and functions.
+other, small modules and functions; every CSV column declared once, in the column registry
+(bench/results/columns.py), and named nowhere else.
 
 Imports are read with ``ast`` (function-local ones included: a lazy import still ties two
 modules together), so a cycle fails here, not at an unlucky import order at run time.
@@ -12,6 +13,15 @@ import re
 from pathlib import Path
 
 import pytest
+
+from bench.results.columns import (
+    OPTIONAL_REPORT_FILES,
+    REPORT_FILES,
+    RUNS_COLUMNS,
+    SUMMARY_AGGREGATES,
+    TABLES,
+)
+from bench.results.report import build_report
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("bench", "specforge")
@@ -384,3 +394,135 @@ def test_the_record_checks_catch_what_they_mean():
     assert [code for *_, code in record_key_reads(source, record_keys())] == [
         "doc['status']", "rec.cell.get('repeat')", "(cell or {}).get('slurm')",
     ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- the column registry
+
+REGISTRY = sorted((REPO / "bench" / "results").glob("columns*.py"))  # columns.py, columns_spec.py, ...
+# Module-level column lists allowed outside the registry: frames a plot draws (forest.py,
+# plots.py, runplots.py), which no CSV holds (the header check below would see one), and
+# `bench kernels`' own kernels.csv and kernel_buckets.csv (bench/kernels, docs/kernels.md).
+NOT_REGISTRY_LISTS = {
+    "FOREST_COLUMNS", "THROUGHPUT_BAR_COLUMNS", "LOSS_GAP_COLUMNS", "KERNEL_COLUMNS", "BUCKET_COLUMNS",
+}  # fmt: skip
+
+
+def _string_elements(node: ast.AST) -> bool:
+    """A list/tuple/set display (or a ``+`` of displays) with a string literal among its elements."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _string_elements(node.left) or _string_elements(node.right)
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return any(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts)
+    return False
+
+
+def column_list_violations(sources: dict[str, str], registry: set[str]) -> list[str]:
+    """``module: NAME`` for each module-level list of column names outside ``registry`` that some
+    module of ``sources`` (module name -> source text) passes as ``columns=``."""
+    trees = {m: ast.parse(text) for m, text in sources.items()}
+    passed = {
+        n.id
+        for tree in trees.values()
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        for kw in call.keywords
+        if kw.arg == "columns"
+        for n in ast.walk(kw.value)
+        if isinstance(n, ast.Name)
+    }
+    found = []
+    for mod, tree in trees.items():
+        if mod in registry:
+            continue
+        for stmt in tree.body:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            value = getattr(stmt, "value", None)
+            for t in targets:
+                if (
+                    isinstance(t, ast.Name)
+                    and t.id in passed
+                    and value is not None
+                    and _string_elements(value)
+                ):
+                    found.append(f"{mod}: {t.id}")
+    return found
+
+
+def test_every_column_list_comes_from_the_registry():
+    """The rule: no module under bench/ but the registry (bench/results/columns*.py) binds, at module
+    level, a name to a list, tuple or set display holding a string literal (``X = ["a", ...]``,
+    ``X = [*Y, "a"]``, ``X = Y + ["a"]``) when that name is passed anywhere in bench/ as a
+    ``columns=`` argument (``pd.DataFrame(columns=X)``, ``df.reindex(columns=X)``, ``to_csv``).
+    Lists derived from the registry (``TABLES["runs.csv"].names``, a comprehension over one) are
+    fine. NOT_REGISTRY_LISTS are the exceptions, each with its reason."""
+    sources = {m: p.read_text() for m, p in modules().items() if m.startswith("bench")}
+    registry = {module_name(p) for p in REGISTRY}
+    found = [
+        v for v in column_list_violations(sources, registry) if v.split(": ")[1] not in NOT_REGISTRY_LISTS
+    ]
+    assert not found, (
+        f"column lists outside the registry (declare them in bench/results/columns*.py): {found}"
+    )
+
+
+def test_the_column_list_rule_finds_a_list_outside_the_registry():
+    writer = "import pandas as pd\ndef table(rows):\n    return pd.DataFrame(rows).reindex(columns=EXTRA)\n"
+    for decl in ('EXTRA = [*RUNS_COLUMNS, "x"]', 'EXTRA = ("a", "b")', 'EXTRA = RUNS_COLUMNS + ["x"]'):
+        sources = {"bench.results.w": f"{decl}\n{writer}", "bench.results.columns": decl}
+        assert column_list_violations(sources, {"bench.results.columns"}) == ["bench.results.w: EXTRA"]
+    derived = {"bench.results.w": f'EXTRA = TABLES["runs.csv"].names\n{writer}'}
+    assert column_list_violations(derived, set()) == []
+    unused = {"bench.results.w": 'EXTRA = ["a"]\nKEYS = ["b"]\n'}  # no columns= of them: not a column list
+    assert column_list_violations(unused, set()) == []
+
+
+def _header(path: Path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return f.readline().rstrip("\n").split(",")
+
+
+def undeclared(csvs: list[Path]) -> dict[str, list[str]]:
+    """Per CSV whose header is not its registry table's columns in order: the undeclared ones."""
+    return {
+        f"{p.parent.name}/{p.name}": [c for c in _header(p) if c not in TABLES[p.name].names]
+        for p in csvs
+        if _header(p) != TABLES[p.name].names
+    }
+
+
+REPORT_CSVS = [f for f in REPORT_FILES + OPTIONAL_REPORT_FILES if f.endswith(".csv")]
+
+
+def test_every_csv_of_the_committed_sweeps_is_a_registry_table():
+    """Every CSV `bench report` writes is a table of the registry, and each committed sweep's copy
+    has the table's declared columns as its header, in order (runs, summary, loss_parity,
+    vram_per_card, contrasts, trainers, scaling, capacity, training_parity): a column the report
+    writes that the registry does not declare fails here once `make golden` has written it."""
+    assert set(REPORT_CSVS) <= set(TABLES)
+    csvs = sorted(p for f in REPORT_CSVS for p in (REPO / "results").glob(f"*/{f}"))
+    assert {p.name for p in csvs} == set(REPORT_CSVS)  # each file the report writes seen at least once
+    wrong = undeclared(csvs)
+    assert not wrong, f"CSV headers that are not the registry's tables (undeclared columns listed): {wrong}"
+
+
+def test_a_report_writes_only_declared_columns(tmp_path, monkeypatch):
+    """The same for a sweep reported here, by this checkout's code (before any `make golden`)."""
+    from tests.test_aggregate import write_run
+
+    monkeypatch.setenv("BENCH_NO_PLOTS", "1")
+    for arm in ("baseline", "liger"):
+        write_run(tmp_path, arm, 0, [1.0] * 4)
+    build_report(tmp_path)
+    csvs = sorted(tmp_path.glob("*.csv"))
+    assert {p.name for p in csvs} == {"runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv"}
+    wrong = undeclared(csvs)
+    assert not wrong, f"CSV headers that are not the registry's tables (undeclared columns listed): {wrong}"
+
+
+def test_the_registry_declares_each_column_once_per_table_with_a_meaning():
+    runs = TABLES["runs.csv"]
+    for c in SUMMARY_AGGREGATES:  # summary.csv's plain aggregates name a numeric runs.csv column
+        assert c.of in RUNS_COLUMNS and runs.column(c.of).numeric, c
+    for t in TABLES.values():
+        assert len(set(t.names)) == len(t.names), t.file
+        assert all(c.text.strip() for c in t.columns), t.file

@@ -6,14 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.arms import BASELINE
-from bench.results.columns import DEFAULT_TRAINER
+from bench.results.columns import CAPACITY_COLUMNS, DEFAULT_TRAINER
 from bench.results.tables import with_trainer
-
-CAPACITY_COLUMNS = [
-    "series", "trainer", "profile", "mode", "gpus", "nodes", "axis", "arm", "largest_fit", "first_oom", "probes", "stopped_by",
-    "peak_vram_gib_at_largest", "samples_per_s_at_largest", "card_total_gib", "fit_ratio_vs_baseline",
-    "fit_ratio_bound",
-]  # fmt: skip
 
 
 def capacity_table(runs: pd.DataFrame, sweep: dict, vram: pd.DataFrame | None = None) -> pd.DataFrame:

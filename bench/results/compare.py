@@ -19,23 +19,12 @@ import pandas as pd
 
 from bench.arms import BASELINE
 from bench.results import gain, gate, parity_gate, stats
+from bench.results.columns import COMPARE_COLUMNS
 from bench.results.compare_format import label, render, write_outputs
 from bench.results.compare_inputs import KEY_COLUMNS, NUMERIC_KEYS, load_summary, per_run_values, row_key
 
 __all__ = ["COMPARE_COLUMNS", "KEY_COLUMNS", "compare", "compare_tables", "run_compare"]
 
-COMPARE_COLUMNS = [
-    *KEY_COLUMNS, "present", "workloads_differ", "estimate",
-    "samples_per_s_a", "samples_per_s_b", "samples_per_s_ratio_b_over_a", "samples_per_s_delta_pct",
-    "samples_per_s_delta_pct_ci95_low", "samples_per_s_delta_pct_ci95_high", "n_runs_a", "n_runs_b", "verdict",
-    "s_per_step_a", "s_per_step_b",
-    "vram_over_idle_gib_a", "vram_over_idle_gib_b", "vram_over_idle_b_minus_a_gib",
-    "peak_vram_gib_a", "peak_vram_gib_b", "peak_vram_b_minus_a_gib",
-    "delta_samples_per_s_pct_a", "delta_samples_per_s_pct_ci95_low_a", "delta_samples_per_s_pct_ci95_high_a",
-    "delta_samples_per_s_pct_b", "delta_samples_per_s_pct_ci95_low_b", "delta_samples_per_s_pct_ci95_high_b",
-    "n_pairs_a", "n_pairs_b", "gain_change_points", "gain_change_points_ci95_low", "gain_change_points_ci95_high",
-    "parity_a", "parity_b", "gate", "gain_gate",
-]  # fmt: skip
 MIN_RUNS = 3  # per side, for a verdict on an unpaired comparison
 PER_RUN, POINT = "per-run data (Welch)", "point estimate (summary.csv only)"
 _VALUES = {

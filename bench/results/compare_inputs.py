@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from bench.fileio import read_json
-from bench.results.capacity_table import CAPACITY_COLUMNS
 from bench.results.columns import (
+    CAPACITY_COLUMNS,
     CONTRAST_COLUMNS,
     IDENTITY_COLUMNS,
     LOSS_PARITY_COLUMNS,

@@ -3,8 +3,8 @@ contrasts/scaling/capacity/trainers CSVs when the sweep has them), the PNGs and 
 written atomically into the sweep directory (``python -m bench report DIR``).
 
 The CSV column lists (RUNS_COLUMNS, SUMMARY_COLUMNS, LOSS_PARITY_COLUMNS, VRAM_PER_CARD_COLUMNS,
-CONTRAST_COLUMNS) are defined in bench.results.columns, report.md's sections in
-bench.results.sections and bench.results.method; all are re-exported here.
+CONTRAST_COLUMNS) come from the column registry (bench.results.columns), report.md's sections
+from bench.results.sections and bench.results.method; all are re-exported here.
 """
 
 from __future__ import annotations

@@ -40,15 +40,10 @@ import pandas as pd
 import bench.config.typed as typed
 from bench.arms import AA, AA_EPS, BASELINE, FLOOR_ARMS
 from bench.config.schema import UNIT_ROUNDOFF, ParityKeys
+from bench.results.columns import TRAINING_PARITY_COLUMNS
 from bench.results.records import RunRecord
 
 METRICS = ("loss", "accuracy", "grad_norm")
-TRAINING_PARITY_COLUMNS = [
-    "cell_id", "trainer", "profile", "mode", "arm", "metric", "rounds", "steps_compared", "window_steps",
-    "windows", "windows_within", "worst_window", "worst_rms_arm", "worst_rms_floor", "worst_allowed",
-    "max_abs_delta", "max_abs_delta_floor", "last_abs_delta", "last_abs_delta_floor",
-    "loss_first_baseline", "loss_last_baseline", "loss_drop_pct", "margin", "tolerance", "verdict",
-]  # fmt: skip
 
 
 GRAD_NORM_RTOL_MIN = 1e-3  # the last-resort term's lower bound (float32's roundoff is far below it)
