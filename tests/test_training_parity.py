@@ -80,6 +80,37 @@ def test_a_reassociation_only_arm_is_held_to_the_sensitivity_floor_and_a_wrong_a
     assert wrong["verdict"].startswith("not equivalent") and wrong["worst_rms_floor"] > 0
 
 
+def test_the_last_resort_term_applies_only_where_no_aa_eps_run_measured_the_floor():
+    """The gradient-norm term (one bfloat16 rounding step of the norm) stands for a sensitivity
+    nobody measured. Measured on one H200 (results/h200-parity-unbiased/): the 1% learning-rate
+    error moved the gradient norm 7x its aa_eps floor and still sat inside that term alone. With an
+    aa_eps run the term is dropped: such an arm is caught, an arm within the floor still passes;
+    without one (a deterministic A/A floor of 0) the term still keeps a reassociation-only arm in."""
+    steps = 100
+    t = np.arange(1, steps + 1)
+    base = pd.DataFrame({"loss": 5.0 - 0.02 * t, "accuracy": 0.5 + 0 * t, "grad_norm": 0.11 + 0 * t}, index=t)
+
+    def norm_off(scale: float) -> pd.DataFrame:
+        out = base.copy()
+        out["grad_norm"] = 0.11 + scale * np.where(t % 2, 1, -1)
+        return out
+
+    p = {**typed.defaults(ParityKeys), "window": 10, "grad_norm_rtol": 2.0**-8}  # 0.11 x 2^-8 = 4.3e-4
+    runs = {
+        "baseline": {1: base},
+        "aa": {1: base.copy()},
+        "wrong": {1: norm_off(3.8e-4)},
+        "ok": {1: norm_off(4e-5)},
+    }
+    alone = judge(runs, "wrong", "grad_norm", p, steps)
+    assert alone["verdict"] == "equivalent" and alone["tolerance"] == 2.0**-8  # floor 0: the term holds it
+    runs["aa_eps"] = {1: norm_off(5.2e-5)}
+    caught = judge(runs, "wrong", "grad_norm", p, steps)
+    assert caught["verdict"].startswith("not equivalent") and caught["tolerance"] == 0.0
+    assert caught["worst_allowed"] == pytest.approx(2 * 5.2e-5)
+    assert judge(runs, "ok", "grad_norm", p, steps)["verdict"] == "equivalent"
+
+
 @pytest.fixture(scope="module")
 def parity_sweeps(tmp_path_factory):
     """The CPU parity sweep as shipped, and once more with adamw_plain made wrong: its run trains in

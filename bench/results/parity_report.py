@@ -18,6 +18,7 @@ from bench.results.training_parity import (
     allowed,
     baseline_mean,
     divergence,
+    floor_of,
     series,
     settings,
     window_of,
@@ -153,12 +154,13 @@ def plot_training_parity(records: list[RunRecord], sweep: dict, path: Path) -> P
         curves, deltas = axes[2 * i], axes[2 * i + 1]
         arms = canvas.arms_in_order(runs)
         base = baseline_mean(runs, "loss").dropna()
-        floor = divergence(runs, AA, "loss")
-        steps = sorted(set(base.index) & set(floor.index))
+        floor, sensed = divergence(runs, AA, "loss"), not divergence(runs, AA_EPS, "loss").empty
+        held = floor_of(runs, "loss")  # what the verdict holds the arms to (with aa_eps: the larger)
+        steps = sorted(set(base.index) & set(floor.index) & set(held.index))
         width = window_of(len(base), p.get("window"))
         band = pd.Series(index=steps, dtype=float)
         for chunk in windows(steps, width) if steps else []:
-            band.loc[chunk] = allowed(floor.loc[chunk], base.loc[chunk], "loss", p) if p else 0.0
+            band.loc[chunk] = allowed(held.loc[chunk], base.loc[chunk], "loss", p, sensed) if p else 0.0
         if steps:
             curves.fill_between(
                 steps, base.loc[steps] - band, base.loc[steps] + band, color="0.8", label="A/A band"
