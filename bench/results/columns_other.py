@@ -99,7 +99,8 @@ TRAINING_PARITY_TABLE = Table(
         ),
         Column(
             "tolerance", FLOAT, "",
-            "the absolute term: `loss_atol` or `accuracy_atol`; for grad_norm the relative `grad_norm_rtol`",
+            "the last-resort term: `loss_atol` or `accuracy_atol`; for grad_norm the relative "
+            "`grad_norm_rtol`; 0 when an `aa_eps` run measured the floor (the term stands for that measurement)",
         ),
         Column(
             "verdict", TEXT, "",
