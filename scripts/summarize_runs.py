@@ -2,7 +2,7 @@
 
 Usage: python scripts/summarize_runs.py DIR [--warmup 10]
 
-Throughput has one definition in this project, bench.results.aggregate.run_row: the steps after the
+Throughput has one definition in this project, bench.results.records.run_row: the steps after the
 warm-up (by step number), total samples / total step time.
 """
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.results.aggregate import load_run, run_row  # noqa: E402
+from bench.results.records import load_run, run_row  # noqa: E402
 
 
 def _f(x, spec: str) -> str:

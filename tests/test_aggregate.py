@@ -1,4 +1,4 @@
-"""bench.results.aggregate on hand-made sweep directories with known answers."""
+"""The aggregation (bench.results.records, tables, parity) on hand-made sweep directories with known answers."""
 
 from __future__ import annotations
 
@@ -11,20 +11,16 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from bench.results.aggregate import (
+from bench.results.columns import (
     CONTRAST_COLUMNS,
     LOSS_PARITY_COLUMNS,
     RUNS_COLUMNS,
     SUMMARY_COLUMNS,
     VRAM_PER_CARD_COLUMNS,
-    contrast_table,
-    load_runs,
-    loss_parity_gaps,
-    loss_parity_table,
-    runs_table,
-    summary_table,
-    vram_per_card_table,
 )
+from bench.results.parity import loss_parity_gaps, loss_parity_table
+from bench.results.records import load_runs
+from bench.results.tables import contrast_table, runs_table, summary_table, vram_per_card_table
 
 CELL = "p_offline_bs2_s64"
 
@@ -418,7 +414,8 @@ def test_oom_reason_is_the_allocators_first_sentence():
 def test_scaling_table_arithmetic():
     """Two world sizes of one cell, both arms (numbers shaped like the H200 2-GPU sweep in the
     issue: 8.72 -> 15.96 samples/s baseline, 10.26 -> 18.68 Liger)."""
-    from bench.results.aggregate import SCALING_COLUMNS, scaling_table
+    from bench.results.columns import SCALING_COLUMNS
+    from bench.results.tables import scaling_table
 
     rows = []
     for gpus, base, liger in ((1, [8.70, 8.74], [10.24, 10.28]), (2, [15.94, 15.98], [18.66, 18.70])):

@@ -129,7 +129,7 @@ def test_compare_gives_each_row_a_welch_interval_and_a_verdict(tmp_path):
     assert df.loc["liger", "verdict"].startswith("too few runs (3 vs 2)")
     # a summary.csv finds the runs.csv written beside it
     summary = tmp_path / "a" / "summary.csv"
-    from bench.results.aggregate import summary_table
+    from bench.results.tables import summary_table
 
     summary_table(pd.read_csv(a)).to_csv(summary, index=False)
     assert compare(summary, b).set_index("arm").loc["baseline", "verdict"] == "B faster"
@@ -140,7 +140,7 @@ def test_compare_gives_each_row_a_welch_interval_and_a_verdict(tmp_path):
 
 def _summary_of(tmp_path: Path) -> Path:
     """A sweep's summary.csv with the runs.csv beside it (4 runs a side, both arms)."""
-    from bench.results.aggregate import summary_table
+    from bench.results.tables import summary_table
 
     runs = _runs_csv(
         tmp_path / "ok" / "runs.csv", {"baseline": [8.7, 8.8, 8.6, 8.7], "liger": [10.1, 10.2, 10.0, 10.1]}

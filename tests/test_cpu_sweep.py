@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench.results.aggregate import LOSS_PARITY_COLUMNS, RUNS_COLUMNS, SUMMARY_COLUMNS, VRAM_PER_CARD_COLUMNS
+from bench.results.columns import LOSS_PARITY_COLUMNS, RUNS_COLUMNS, SUMMARY_COLUMNS, VRAM_PER_CARD_COLUMNS
 from bench.results.report import MAIN_TABLE_HEADER
 from tests.conftest import PLOTS_ON
 from tests.helpers import REPO, built_once, run_cli

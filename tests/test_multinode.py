@@ -20,7 +20,9 @@ from bench.config import SweepError, diff_resolved, plan
 from bench.fileio import read_json, read_jsonl
 from bench.probe import nodevram
 from bench.results import plots
-from bench.results.aggregate import VRAM_PER_CARD_COLUMNS, load_runs, run_row, vram_per_card_table
+from bench.results.columns import VRAM_PER_CARD_COLUMNS
+from bench.results.records import load_runs, run_row
+from bench.results.tables import vram_per_card_table
 from bench.trainers import load_config, plug_for
 from tests.test_driver import (
     fakes,  # noqa: F401  (a fixture, used by name)

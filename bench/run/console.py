@@ -72,7 +72,7 @@ class Progress:
 
 def outcome_line(rdir: Path) -> str:
     """``ok, 9.69 samples/s, peak VRAM 24.28 GiB (busiest card)``, or the status and its reason."""
-    from bench.results.aggregate import load_run, run_row  # the one definition of a run's throughput
+    from bench.results.records import load_run, run_row  # the one definition of a run's throughput
 
     row = run_row(load_run(rdir))
     parts = [str(row["status"]) + (f": {row['reason']}" if row["status"] != "ok" and row["reason"] else "")]
@@ -98,7 +98,7 @@ def running_deltas(out_dir: Path, runs: list[Run], finished: Run) -> list[str]:
     the report's estimator before any Stein decision), one line per arm."""
     from bench.arms import BASELINE
     from bench.results import stats
-    from bench.results.aggregate import load_run, run_row
+    from bench.results.records import load_run, run_row
 
     cell = finished.cell.cell_id
     mine = [r for r in runs if r.cell.cell_id == cell]

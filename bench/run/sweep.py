@@ -270,9 +270,12 @@ def extend_by_precision(session: Session) -> list[Run]:
     """Stein's second stage: from the finished pilot, the pairs each cell needs; the full run order."""
     cfg, out_dir = session.cfg, session.out_dir
     targets = cfg.precision_targets
-    from bench.results import aggregate  # pandas and scipy: imported when a pilot is read, not at start
+    # pandas and scipy: imported when a pilot is read, not at start
+    from bench.results.deltas import stein_decisions
+    from bench.results.records import load_runs
+    from bench.results.tables import runs_table
 
-    decisions = aggregate.stein_decisions(aggregate.runs_table(aggregate.load_runs(out_dir)), targets)
+    decisions = stein_decisions(runs_table(load_runs(out_dir)), targets)
     rounds = {
         c.cell_id: decisions[c.cell_id].pairs if c.cell_id in decisions else cfg.pilot_pairs(c)
         for c in cfg.cells
