@@ -20,6 +20,10 @@ from types import MappingProxyType
 # its SwiGLU MLP, and the fused linear cross-entropy of the LM head + loss ("loss").
 KERNELS = ("rmsnorm", "swiglu", "loss")
 LIGER_DEFAULT = frozenset({"rmsnorm", "swiglu"})  # what "Liger on" means: the seeds' two kernels
+# The module class a kernel puts in the draft (both trainers build the draft from Liger's own
+# modules): how a run's record of its module classes shows which kernels it really ran. The fused
+# linear cross-entropy ("loss") is a function, not a module: no record shows it.
+KERNEL_MODULES = {"rmsnorm": "LigerRMSNorm", "swiglu": "LigerSwiGLUMLP"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,20 @@ class Arm:
         unknown = set(self.kernels) - set(KERNELS)
         if unknown:
             raise ValueError(f"arm {self.name}: unknown kernels {sorted(unknown)} (known: {KERNELS})")
+
+    def in_effect(self, module_types: list[str]) -> str:
+        """Whether a run's model held the Liger modules this arm asks for and none it does not
+        ("yes", or "no: " and what differs), from the module classes the run recorded."""
+        held = set(module_types)
+        missing = [KERNEL_MODULES[k] for k in KERNELS if k in KERNEL_MODULES and k in self.kernels]
+        extra = [KERNEL_MODULES[k] for k in KERNELS if k in KERNEL_MODULES and k not in self.kernels]
+        missing, extra = [c for c in missing if c not in held], [c for c in extra if c in held]
+        if not missing and not extra:
+            return "yes"
+        said = ([f"no {', '.join(missing)} in the model"] if missing else []) + (
+            [f"{', '.join(extra)} in the model, not asked for"] if extra else []
+        )
+        return "no: " + "; ".join(said)
 
     @property
     def liger(self) -> bool:

@@ -5,6 +5,7 @@ whole A/B of the real SpecForge CLI (PyPI 0.2.0, tests/upstream_env.py) in locks
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -204,6 +205,20 @@ def test_the_report_says_how_a_lockstep_pair_was_timed(ab):
     assert "taking turns on the card one optimizer step each" in report
     assert "Peak VRAM not polled: the pair shares the card" in report
     assert "runs: 4 ok" in text
+
+
+@pytest.mark.slow
+def test_each_run_of_the_real_cli_records_the_module_classes_it_trained(ab):
+    """instrument.py's census after step 1, from inside SpecForge's process: the draft's stock
+    Qwen3 modules and no Liger one in a run without Liger, so runs.csv says the arm was in effect."""
+    out, _ = ab
+    for rdir in sorted((out / "runs").glob("*_r*")):
+        census = json.loads((rdir / "modules.json").read_text())
+        types = json.loads((rdir / "run.json").read_text())["draft_module_types"]
+        assert types == census["module_types"] and census["matched_tensors"] == census["trained_tensors"]
+        assert {"Qwen3RMSNorm", "Qwen3MLP"} <= set(types) and not [t for t in types if t.startswith("Liger")]
+    runs = list(csv.DictReader((out / "runs.csv").open()))
+    assert {r["arm_in_effect"] for r in runs} == {"yes"}
 
 
 @pytest.mark.slow

@@ -204,6 +204,13 @@ RUNS_TABLE = Table(
             "SpecForge's `acc_i` or `accuracy_position_i`; empty for SpecForge 0.2.0's DFlash, which logs "
             "only its overall `acc`",
         ),
+        Column(
+            "arm_in_effect", TEXT, "",
+            "whether the model the run trained held the Liger modules its arm asks for and no others "
+            "(`yes`, or `no: ` and what differs), from the module classes the run recorded (run.json's "
+            "`draft_module_types`; the SpecForge CLI's from inside its process after step 1); empty when "
+            "the run recorded none. A cell with a `no` run gets the verdict `arm not in effect`, never a Δ",
+        ),
         *STARTUP, *STATE, *ENERGY,
         Column("start_time", TEXT, "", "run.json's start time (ISO 8601)"),
         Column("end_time", TEXT, "", "run.json's end time (ISO 8601)"),

@@ -103,6 +103,18 @@ def _one_sided(
     return {"verdict_speed": text, "verdict_memory": text}
 
 
+def not_in_effect(base_ok: pd.DataFrame, ok: pd.DataFrame, arm: str, ref: str = BASELINE) -> str | None:
+    """The verdict when a run of either arm trained a model without its arm's kernels (runs.csv's
+    arm_in_effect says "no: ..."): no Δ, since it would compare something else; None otherwise."""
+    said = []
+    for name, runs in ((arm, ok), (ref, base_ok)):
+        col = runs["arm_in_effect"] if "arm_in_effect" in runs else pd.Series(dtype=object)
+        bad = col[col.astype(str).str.startswith("no")]
+        if len(bad):
+            said.append(f"{len(bad)} of {len(runs)} {name} runs: {str(bad.iloc[0])[4:]}")
+    return f"{Speed.NOT_IN_EFFECT.value} ({'; '.join(said)})" if said else None
+
+
 def delta_columns(
     base_ok: pd.DataFrame,
     ok: pd.DataFrame,
@@ -121,6 +133,9 @@ def delta_columns(
     """
     if ok.empty or base_ok.empty:
         return _one_sided(base_ok, ok, base_statuses or set(), statuses or set(), arm, ref)
+    failed = not_in_effect(base_ok, ok, arm, ref)
+    if failed:
+        return {"verdict_speed": failed, "verdict_memory": failed}
     min_pairs = target["min_pairs"] if target else 3
     lr = log_ratios(base_ok, ok)
     row: dict[str, Any] = {}

@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from bench import fmt
+from bench.arms import ARMS
 from bench.config.model import parse_run_id
 from bench.fileio import read_json, read_jsonl
 from bench.record import (
@@ -443,6 +444,7 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
         )
     else:
         row.update(_step_stats(steady))
+    row["arm_in_effect"] = arm_in_effect(rec)
     if rec.status == "ok" and not m.empty:
         row["loss_last"], row["accuracy_last"] = m["loss"].iloc[-1], m["accuracy"].iloc[-1]
         acc = run.accuracy_by_position_last  # a trainer that logs them (specforge-cli)
@@ -456,6 +458,15 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
     ]
     row["note"] = "; ".join([note, *warnings] if note else warnings) or None
     return row
+
+
+def arm_in_effect(rec: RunRecord) -> str | None:
+    """Whether the run's own record shows its arm's Liger kernels in the model it trained, and no
+    others (bench.arms.Arm.in_effect); None when the run recorded no module classes (a SpecForge
+    run before the census, a multi-GPU SpecForge run) or its arm is not a built-in one."""
+    types = (rec.run or RunDoc()).draft_module_types
+    arm = ARMS.get(str(rec.arm))
+    return arm.in_effect(types) if arm is not None and isinstance(types, list) else None
 
 
 def _foreign(vram: dict | None) -> str | None:

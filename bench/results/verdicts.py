@@ -31,6 +31,7 @@ class Speed(Enum):
     AA_NOT_PASSED = "A/A check not passed"
     AA_FAILED = "A/A check FAILED"
     OOM = "OOM"  # one arm or both ran out of memory (deltas._one_sided): "liger fits, baseline OOM"
+    NOT_IN_EFFECT = "arm not in effect"  # a run's model lacked its arm's kernels (deltas.not_in_effect)
 
 
 # Checked in this order: the longer of two prefixes first.

@@ -1,7 +1,8 @@
-"""Hooks inside one SpecForge process: ``PYTHON instrument.py [--probe OUT FIRST COUNT]
+"""Hooks inside one SpecForge process: ``PYTHON instrument.py [--modules OUT] [--probe OUT FIRST COUNT]
 [--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] [--lockstep DIR ROLE LAST OUT] -m MODULE ARGS...``
 runs ``python -m MODULE ARGS`` (``runpy``, as a command line would) after hooking every
-optimizer's step. ``--gc-freeze``: GcFreeze below; ``--perturb-ulp``: PerturbUlp (the aa_eps arm);
+optimizer's step. ``--modules``: ModuleCensus below (which module classes the trained model
+holds: whether an arm's kernels are in it); ``--gc-freeze``: GcFreeze; ``--perturb-ulp``: PerturbUlp (the aa_eps arm);
 ``--lockstep``: turns.py's Lockstep (the two runs of a pair take turns on one card). ``--probe``:
 what the process did while it trained, written to OUT (JSON) once optimizer step FIRST + COUNT
 has run:
@@ -257,6 +258,46 @@ class GcFreeze:
         os.replace(self.out + ".tmp", self.out)
 
 
+class ModuleCensus:
+    """After the first optimizer step, the class names of the modules of the smallest module whose
+    parameters match what the optimizer trains (the draft, inside any wrapper): whether an arm's
+    kernels are in the model SpecForge built (Liger's RMSNorm and SwiGLU are modules of their own:
+    ``LigerRMSNorm``, ``LigerSwiGLUMLP``), read from the run itself. Matched by shape, not identity:
+    SpecForge's optimizer holds float32 master copies of the draft's parameters, not the
+    parameters. It reads, never changes, the model; its cost (one pass over the collector's
+    objects) falls in step 1, a warm-up step. Hooked first, before gc.freeze(): frozen objects are
+    not listed by gc.get_objects(). OUT (JSON)."""
+
+    def __init__(self, out: str):
+        self.out, self.done = out, False
+
+    def __call__(self, optimizer, _args, _kwargs) -> None:
+        if self.done:
+            return
+        import gc
+        from collections import Counter
+
+        import torch
+
+        self.done = True
+        trained = Counter(tuple(p.shape) for group in optimizer.param_groups for p in group["params"])
+        best = None  # ((-trained tensors matched, parameters in all), module)
+        for obj in gc.get_objects():
+            if issubclass(type(obj), torch.nn.Module):  # type(): no lazy __class__ of a module proxy
+                shapes = Counter(tuple(p.shape) for p in obj.parameters())
+                key = (-sum((trained & shapes).values()), sum(shapes.values()))
+                if key[0] and (best is None or key < best[0]):
+                    best = (key, obj)
+        doc = {"after_step": 1, "trained_tensors": sum(trained.values())}
+        if best is not None:
+            root = best[1]
+            doc |= {"root": type(root).__name__, "matched_tensors": -best[0][0]}
+            doc["module_types"] = sorted({type(m).__name__ for m in root.modules()})
+        with open(self.out + ".tmp", "w") as f:
+            json.dump(doc, f)
+        os.replace(self.out + ".tmp", self.out)
+
+
 class PerturbUlp:
     """Before the first optimizer step's update, move every parameter the optimizer holds by one
     unit in the last place, up or down at random (a sign per element from a fixed seed, in the
@@ -321,8 +362,10 @@ def install(
     gc_freeze: str | None = None,
     perturb_ulp: str | None = None,
     lockstep: list | None = None,
+    modules: str | None = None,
 ) -> None:
     """Hook every optimizer's step in this process (also a run forked by warmserver.py):
+    ``modules`` = OUT (ModuleCensus, hooked first),
     ``probe`` = [OUT, FIRST, COUNT] (Probe), ``gc_freeze`` = OUT (GcFreeze), ``perturb_ulp`` =
     OUT[:DTYPE] (PerturbUlp), ``lockstep`` = [DIR, ROLE, LAST, OUT] (turns.py's Lockstep; hooked last, so
     that the other hooks' work is part of the step it timed)."""
@@ -336,6 +379,8 @@ def install(
         )
         opt.register_optimizer_step_pre_hook(PerturbUlp(out, unit or "param"))
 
+    if modules:
+        opt.register_optimizer_step_post_hook(ModuleCensus(str(modules)))
     if probe:
         hook = Probe(str(probe[0]), int(probe[1]), int(probe[2]))
         opt.register_optimizer_step_post_hook(hook)
@@ -347,7 +392,7 @@ def install(
 
 
 USAGE = (
-    "usage: instrument.py [--probe OUT FIRST COUNT] [--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] "
+    "usage: instrument.py [--modules OUT] [--probe OUT FIRST COUNT] [--gc-freeze OUT] [--perturb-ulp OUT[:DTYPE]] "
     "[--lockstep DIR ROLE LAST OUT] -m MODULE ARGS..."
 )
 
@@ -358,6 +403,8 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
     while i < len(argv) and argv[i] != "-m":
         if argv[i] == "--probe" and i + 3 < len(argv):
             opts["probe"], i = argv[i + 1 : i + 4], i + 4
+        elif argv[i] == "--modules" and i + 1 < len(argv):
+            opts["modules"], i = argv[i + 1], i + 2
         elif argv[i] == "--gc-freeze" and i + 1 < len(argv):
             opts["gc_freeze"], i = argv[i + 1], i + 2
         elif argv[i] == "--perturb-ulp" and i + 1 < len(argv):

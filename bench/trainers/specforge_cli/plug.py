@@ -38,7 +38,7 @@ from bench.record import RunDoc, read_metrics, write_run
 from bench.trainers.isolation import isolated_env, which_specforge
 from bench.trainers.specforge_cli.data import check_data
 from bench.trainers.specforge_cli.facts import NAME
-from bench.trainers.specforge_cli.wrapper import OUTPUT
+from bench.trainers.specforge_cli.wrapper import MODULES, OUTPUT
 
 SPECFORGE_DEFAULT_LR = 1e-4  # specforge 0.2.0: config/schema.py, training.learning_rate
 
@@ -288,6 +288,8 @@ class SpecForgeCliPlug:
         exit_doc = read_json(rdir / "specforge.json")
         exit_doc = exit_doc if isinstance(exit_doc, dict) else {}
         warm = exit_doc.get("start") == "warm-server" and not exit_doc.get("started_here")
+        census = read_json(rdir / MODULES)  # the trained model's module classes (instrument.py)
+        module_types = census.get("module_types") if isinstance(census, dict) else None
         startup = None
         if rows and isinstance(rows[0].elapsed_s, float) and isinstance(rows[0].step_time_s, float):
             startup = round(rows[0].elapsed_s - rows[0].step_time_s, 3)
@@ -302,6 +304,7 @@ class SpecForgeCliPlug:
             trainer={"name": self.name, "python": self.python, "specforge": facts.get("version")},
             config={"train_config": run.cell.train_config, "set": run.cell.overrides},
             liger={"enabled": ARMS[run.arm].liger, "version": facts.get("liger_kernel")},
+            draft_module_types=module_types if isinstance(module_types, list) else None,
             startup_s=startup,
             startup={"imports_preloaded": warm},
             exit_s=exit_doc.get("exit_after_last_step_s"),

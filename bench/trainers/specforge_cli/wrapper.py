@@ -17,7 +17,9 @@ It runs in the driver's process group (a timeout's group kill reaches SpecForge 
    respawns) instead of waiting for the final checkpoint it always writes: nothing after the last
    measured step is part of the measurement. (SIGTERM, tried first, made SpecForge 0.2.0 save that
    checkpoint before it exits: 14 s on the H200.)
-5. with ``--gc-freeze`` (the sweep's ``trainer_gc_freeze``), has instrument.py call gc.freeze() in
+5. has instrument.py list, after SpecForge's first optimizer step, the module classes of the model
+   it trains (``DIR/modules.json``: whether the arm's kernels are in it; a single-process run);
+   with ``--gc-freeze`` (the sweep's ``trainer_gc_freeze``), has instrument.py call gc.freeze() in
    SpecForge's process after its first optimizer step (``DIR/gc_freeze.json``); with
    ``--perturb-ulp DTYPE`` (the aa_eps arm), move every weight by one ulp of DTYPE (``param``: its
    own) before step 1's update (``DIR/perturb.json``); with $BENCH_SPECFORGE_PROBE, its probe (below);
@@ -90,6 +92,7 @@ PROBE_ENV = "BENCH_SPECFORGE_PROBE"
 PYSPY_ENV = "BENCH_PYSPY"
 PERTURB = "perturb.json"  # what the aa_eps arm moved (instrument.py's PerturbUlp)
 GC_FREEZE = "gc_freeze.json"  # what gc.freeze() after step 1 froze (instrument.py's GcFreeze)
+MODULES = "modules.json"  # the trained model's module classes after step 1 (instrument.py's ModuleCensus)
 LOCKSTEP = "lockstep.jsonl"  # each step's own time and wait in a lockstep pair (turns.py's Lockstep)
 STARTUP_LINES = 80  # the lines before step 1 kept with their arrival times (where the start goes)
 
@@ -326,8 +329,10 @@ def warm_server(sock: str, python: str, driver: int) -> dict:
 def instrument(args) -> tuple[dict, dict]:
     """The hooks instrument.py installs in SpecForge's process, and what specforge.json says of
     them: the probe ($BENCH_SPECFORGE_PROBE), gc.freeze() after step 1 (--gc-freeze), every weight
-    moved by one ulp before step 1's update (--perturb-ulp: the aa_eps arm)."""
-    hooks, how = {}, {}
+    moved by one ulp before step 1's update (--perturb-ulp: the aa_eps arm); always, the module
+    census after step 1 (whether the arm's kernels are in the model SpecForge built)."""
+    hooks = {"modules": str(args.run_dir / MODULES)}
+    how = {"modules": {"after_step": 1, "output": MODULES}}
     probe = os.environ.get(PROBE_ENV, "")
     try:
         first, count = (int(x) for x in probe.split(":")) if probe else (0, 0)
@@ -364,7 +369,8 @@ def start(args, command: list[str]) -> tuple[object, dict]:
     else:
         how = {"start": "exec"}
     if hooks and command[1:2] == ["-m"]:
-        flags = ["--probe", *map(str, hooks["probe"])] if "probe" in hooks else []
+        flags = ["--modules", hooks["modules"]]
+        flags += ["--probe", *map(str, hooks["probe"])] if "probe" in hooks else []
         flags += ["--lockstep", *map(str, hooks["lockstep"])] if "lockstep" in hooks else []
         for key in ("gc_freeze", "perturb_ulp"):
             flags += [f"--{key.replace('_', '-')}", hooks[key]] if key in hooks else []
