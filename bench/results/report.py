@@ -58,6 +58,7 @@ from bench.results.sections import (
     scaling_section,
 )
 from bench.results.startlines import start_phases_section
+from bench.results.summary_json import write_summary_json
 from bench.results.tables import (
     contrast_table,
     runs_table,
@@ -187,6 +188,7 @@ def _write_optional(
 def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     """Aggregate ``sweep_dir`` and write its CSVs, plots and report.md.
 
+    summary.json (bench/results/summary_json.py) is the verdict as data, from the same tables.
     Returns {"paths": {file name: Path}, "runs", "summary", "loss_parity", "vram_per_card",
     "scaling", "contrasts", "trainers", "capacity": DataFrames, "main_table": the main table's Markdown
     lines, "console_summary": the PR summary as plain text lines of at most 100 columns}.
@@ -219,6 +221,8 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     paths.update(
         _write_training_parity(sweep_dir, sweep, in_statistics_records(records, tables["runs"]), tables, draw)
     )
+    # the verdict as data; not in the manifest, which covers the CSVs compare reads
+    paths["summary.json"] = write_summary_json(sweep, sweep_dir, tables)
     paths["manifest.json"] = write_manifest(sweep_dir, [p for n, p in paths.items() if n.endswith(".csv")])
     main = main_table(tables["summary"], tables["runs"])
     text = render_markdown(sweep, sweep_dir, records, tables, main, drawn=draw)
