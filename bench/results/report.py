@@ -221,13 +221,14 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     paths.update(
         _write_training_parity(sweep_dir, sweep, in_statistics_records(records, tables["runs"]), tables, draw)
     )
-    # the verdict as data; not in the manifest, which covers the CSVs compare reads
-    paths["summary.json"] = write_summary_json(sweep, sweep_dir, tables)
     paths["manifest.json"] = write_manifest(sweep_dir, [p for n, p in paths.items() if n.endswith(".csv")])
     main = main_table(tables["summary"], tables["runs"])
     text = render_markdown(sweep, sweep_dir, records, tables, main, drawn=draw)
     atomic_write_text(sweep_dir / "report.md", text)
     paths["report.md"] = sweep_dir / "report.md"
+    # the verdict as data, last (words no verdict kind names stop it, every other file written);
+    # not in the manifest, which covers the CSVs `bench compare` reads
+    paths["summary.json"] = write_summary_json(sweep, sweep_dir, tables)
     console = console_summary(
         tables["summary"], tables["runs"], sweep, training=tables.get("training_parity")
     )

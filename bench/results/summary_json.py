@@ -151,8 +151,10 @@ def summary_doc(sweep: dict, sweep_dir: Path, tables: dict[str, pd.DataFrame]) -
 
 
 def write_summary_json(sweep: dict, sweep_dir: Path, tables: dict[str, pd.DataFrame]) -> Path:
-    """Write ``sweep_dir``/summary.json atomically (never a NaN: allow_nan=False raises first)."""
+    """Write ``sweep_dir``/summary.json atomically (never a NaN: allow_nan=False raises first); an
+    earlier build's is removed first, so a build that fails here leaves none that disagrees."""
     path = Path(sweep_dir) / SUMMARY_JSON
+    path.unlink(missing_ok=True)
     text = json.dumps(summary_doc(sweep, Path(sweep_dir), tables), indent=2, allow_nan=False)
     atomic_write_text(path, text + "\n")
     return path
