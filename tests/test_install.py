@@ -49,6 +49,9 @@ def test_the_wheel_requires_no_torch_and_the_train_extra_brings_it(wheel):
         "transformers",
     ]
     assert "torch<2.15,>=2.9" in train  # a range: GPU machines keep their torch, the CPU its 2.13.0
+    assert "jsonschema" not in names  # the dev extra's: summary.json is written without it
+    with zipfile.ZipFile(wheel) as z:
+        assert "bench/results/summary.schema.json" in z.namelist()  # summary.json's schema ships
 
 
 def light_view(dest: Path) -> Path:
@@ -174,6 +177,7 @@ def test_an_installed_copy_without_torch_reports_and_compares(installed, tmp_pat
     r = run(bench, "report", str(sweep), cwd=tmp_path, env={"BENCH_NO_PLOTS": "1"})
     assert r.returncode == 0, r.stderr
     assert (sweep / "summary.csv").read_bytes() == (REPO / "results" / "h200" / "summary.csv").read_bytes()
+    assert (sweep / "summary.json").read_bytes() == (REPO / "results" / "h200" / "summary.json").read_bytes()
     assert "liger vs baseline: +16.4% [+16.0, +16.9]" in r.stdout
 
     out = tmp_path / "cmp"  # drawn: matplotlib works without torch

@@ -99,7 +99,8 @@ def sweep(tmp_path: Path) -> Path:
 def test_build_report_writes_every_file(sweep, plots_on):
     out = build_report(sweep)
     names = ["runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "forest.png", "throughput.png",
-             "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "report.md", "manifest.json"]  # fmt: skip
+             "vram_per_card.png", "loss_curves.png", "step_time_dist.png", "report.md", "manifest.json",
+             "summary.json"]  # fmt: skip
     assert sorted(out["paths"]) == sorted(names)
     for name in names:
         assert (sweep / name).is_file() and out["paths"][name] == sweep / name

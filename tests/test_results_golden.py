@@ -24,6 +24,7 @@ SWEEPS = sorted(p.parent for p in (REPO / "results").glob("*/runs") if p.is_dir(
 COMPARED = [
     "runs.csv",
     "summary.csv",
+    "summary.json",
     "loss_parity.csv",
     "vram_per_card.csv",
     "contrasts.csv",

@@ -97,8 +97,8 @@ COMPARE_COLUMNS = TABLES["compare.csv"].names
 # parity section).
 # README.md's and docs/run-contract.md's layouts name each one (tests/test_docs_match.py).
 REPORT_FILES = [
-    "runs.csv", "summary.csv", "loss_parity.csv", "vram_per_card.csv", "manifest.json", "report.md", "forest.png",
-    "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png",
+    "runs.csv", "summary.csv", "summary.json", "loss_parity.csv", "vram_per_card.csv", "manifest.json", "report.md",
+    "forest.png", "throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png",
 ]  # fmt: skip
 OPTIONAL_REPORT_FILES = [
     "contrasts.csv", "trainers.csv", "scaling.csv", "scaling.png", "capacity.csv", "capacity.png",

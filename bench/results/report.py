@@ -58,6 +58,7 @@ from bench.results.sections import (
     scaling_section,
 )
 from bench.results.startlines import start_phases_section
+from bench.results.summary_json import write_summary_json
 from bench.results.tables import (
     contrast_table,
     runs_table,
@@ -187,6 +188,7 @@ def _write_optional(
 def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     """Aggregate ``sweep_dir`` and write its CSVs, plots and report.md.
 
+    summary.json (bench/results/summary_json.py) is the verdict as data, from the same tables.
     Returns {"paths": {file name: Path}, "runs", "summary", "loss_parity", "vram_per_card",
     "scaling", "contrasts", "trainers", "capacity": DataFrames, "main_table": the main table's Markdown
     lines, "console_summary": the PR summary as plain text lines of at most 100 columns}.
@@ -224,6 +226,9 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
     text = render_markdown(sweep, sweep_dir, records, tables, main, drawn=draw)
     atomic_write_text(sweep_dir / "report.md", text)
     paths["report.md"] = sweep_dir / "report.md"
+    # the verdict as data, last (words no verdict kind names stop it, every other file written);
+    # not in the manifest, which covers the CSVs `bench compare` reads
+    paths["summary.json"] = write_summary_json(sweep, sweep_dir, tables)
     console = console_summary(
         tables["summary"], tables["runs"], sweep, training=tables.get("training_parity")
     )
