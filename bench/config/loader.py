@@ -21,13 +21,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 
 import bench.config.typed as typed
 import bench.config.yamlio as yamlio
-from bench.arms import AA, ARMS
+from bench.arms import AA, ARM_NAMES, ARMS, USER_ARM_NAME, Arm, arm_named, user_arm
 from bench.config.cellfacts import CellReader, Readers
 from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for, prime_run_id, run_id
 from bench.config.schema import (
@@ -43,11 +44,13 @@ from bench.config.schema import (
     ParityKeys,
     PrecisionKeys,
     SweepKeys,
+    UserArmKeys,
 )
 from bench.config.typed import Fail
 from bench.errors import SweepError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_USER_ARM_RE = re.compile(USER_ARM_NAME)
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _ENDPOINT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d+$")
 # Multi-node runs meet at a c10d rendezvous: the config's rdzv_endpoint, else this variable, else
@@ -87,8 +90,9 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
     if not isinstance(raw, dict):
         raise fail("expected a mapping of sweep settings at the top level")
     top = _check_top(typed.build(SweepKeys, raw, "", fail), readers, fail)
+    user = _user_arms(top, fail)
     rdzv = _rdzv_endpoint(top, os.environ, fail)
-    _check_runs(top, raw, fail)
+    _check_runs(top, raw, user, fail)
     _check_contrasts(top.contrasts, top.arms, fail)
     precision = _precision(top.precision, {}, "precision", fail)
     capacity = _capacity(top.capacity, fail)
@@ -96,14 +100,16 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
     cells: list[Cell] = []
     resolved_cells: list[dict[str, Any]] = []
     for i, entry in enumerate(top.cells):
-        resolved_cell, entry_cells = _expand_entry(top, i, entry, path, readers, fail)
+        resolved_cell, entry_cells = _expand_entry(top, user, i, entry, path, readers, fail)
         resolved_cells.append(resolved_cell)
         cells += entry_cells
     _check_unique(cells, fail)
     _check_sizes(top, cells, fail)
     _check_lockstep(top, cells, readers, fail)
     resolved = {**typed.as_dict(top), "cells": resolved_cells}
-    return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved)
+    if not user:  # a sweep without arms of its own resolves (and its sweep.json reads) as before the key
+        del resolved["user_arms"]
+    return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved, user)
 
 
 def _check_trainer(name: str, where: str, readers: Readers, fail: Fail) -> None:
@@ -147,7 +153,33 @@ def _check_top(top: SweepKeys, readers: Readers, fail: Fail) -> SweepKeys:
     return top
 
 
-def _check_runs(top: SweepKeys, raw: dict, fail: Fail) -> None:
+def _user_arms(top: SweepKeys, fail: Fail) -> dict[str, Arm]:
+    """The sweep's own arms (user_arms), each a name no built-in arm has, a one-line doc and a
+    non-empty ``set:``; then every name in ``arms`` is a built-in arm or one of them."""
+    user: dict[str, Arm] = {}
+    for name, raw in top.user_arms.items():
+        where = f"user_arms.{name}"
+        if name in ARMS:
+            raise fail(f"{where}: {name!r} is a built-in arm ({ARMS[name].doc}); give yours another name")
+        if not _USER_ARM_RE.match(name):
+            raise fail(
+                f"{where}: {name!r} should be letters and digits, a letter first (it ends each of its "
+                "run directories' names)"
+            )
+        keys = typed.build(UserArmKeys, raw, f"{where}.", fail)
+        if "\n" in keys.doc.strip():
+            raise fail(f"{where}.doc: expected one line, got {keys.doc!r}")
+        if not keys.set:
+            raise fail(f"{where}.set: empty; expected the trainer's dotted keys the arm sets")
+        user[name] = user_arm(name, keys.doc.strip(), keys.set)
+    for a in top.arms:
+        if a not in ARMS and a not in user:
+            declared = f", or user_arms ({', '.join(user)})" if user else ", or one declared in user_arms"
+            raise fail(f"arms: unknown arm {a!r}; expected arms from {', '.join(ARM_NAMES)}{declared}")
+    return user
+
+
+def _check_runs(top: SweepKeys, raw: dict, user: dict[str, Arm], fail: Fail) -> None:
     """Multi-node launcher, cells, arms against the hardware, precision against repeats."""
     if top.nodes == 1 and top.launcher is not None:
         raise fail(
@@ -155,7 +187,7 @@ def _check_runs(top: SweepKeys, raw: dict, fail: Fail) -> None:
         )
     if not top.cells:
         raise fail("cells: expected a non-empty list of cells")
-    gpu_only = [a for a in top.arms if ARMS[a].gpu_only]
+    gpu_only = [a for a in top.arms if arm_named(a, user).gpu_only]
     if gpu_only and "cpu" in top.hardware:
         arm = gpu_only[0]
         raise fail(
@@ -280,7 +312,7 @@ def _capacity(raw: dict | None, fail: Fail) -> Capacity | None:
 
 
 def _expand_entry(
-    top: SweepKeys, i: int, entry: Any, path: Path, readers: Readers, fail: Fail
+    top: SweepKeys, user: dict[str, Arm], i: int, entry: Any, path: Path, readers: Readers, fail: Fail
 ) -> tuple[dict, list[Cell]]:
     """One `cells:` entry: (its resolved keys, the cells it expands to)."""
     where = f"cells[{i}]"
@@ -292,7 +324,7 @@ def _expand_entry(
     trainer = c.trainer or top.trainer
     cfg_path = _find_train_config(c.config, path, fail, where)
     train = _read_train_config(cfg_path, fail, where)
-    facts = _cell_facts(top, readers[trainer], train, cfg_path, c.set, where, fail)
+    facts = _cell_facts(top, user, readers[trainer], train, cfg_path, c.set, where, fail)
     steps = c.steps if c.steps is not None else top.steps
     warmup = c.warmup_steps if c.warmup_steps is not None else top.warmup_steps
     if warmup >= steps:
@@ -328,8 +360,9 @@ def _expand_entry(
         trainer=trainer,
         trainer_tag="" if trainer == next(iter(readers)) else trainer,
         inputs=facts["inputs"],
+        user_arms=MappingProxyType(dict(user)),
     )
-    for arm in (ARMS[a] for a in top.arms):
+    for arm in (arm_named(a, user) for a in top.arms):
         if arm.attention is not None and arm.attention == entry_cell.attention_backend:
             raise fail(
                 f"arms: {arm.name} on {where}, whose attention is {arm.attention} already: "
@@ -395,6 +428,7 @@ def _sweep_config(
     precision: Precision | None,
     capacity: Capacity | None,
     resolved: dict[str, Any],
+    user: dict[str, Arm],
 ) -> SweepConfig:
     return SweepConfig(
         keys=top,
@@ -408,15 +442,24 @@ def _sweep_config(
         precision=precision,
         capacity=capacity,
         resolved=resolved,
+        user_arms=MappingProxyType(dict(user)),
     )
 
 
 def _cell_facts(
-    top: SweepKeys, reader: CellReader, train: Any, cfg_path: Path, sets: dict, where: str, fail: Fail
+    top: SweepKeys,
+    user: dict[str, Arm],
+    reader: CellReader,
+    train: Any,
+    cfg_path: Path,
+    sets: dict,
+    where: str,
+    fail: Fail,
 ) -> dict[str, Any]:
     """What the cell's trainer reads in its training config (profile, mode, who prepares the
     inputs, the shape keys as the runs will see them), the `set:` keys the driver owns for that
-    trainer refused, and the sweep's arms it cannot express refused."""
+    trainer refused, the sweep's arms it cannot express refused, and the keys of the sweep's own
+    arms that the driver owns for that trainer refused."""
     facts = reader.read_cell(train, cfg_path, sets, top.nodes, where)
     if isinstance(facts, str):
         raise fail(facts)
@@ -424,9 +467,14 @@ def _cell_facts(
         why = reader.refuse_set(key, facts)
         if why:
             raise fail(f"{where}.set.{key}: {why}")
-    refused = reader.refuse_arms([ARMS[a] for a in top.arms], where)
+    refused = reader.refuse_arms([arm_named(a, user) for a in top.arms], where)
     if refused:
         raise fail(refused)
+    for name in (a for a in top.arms if a in user):
+        for key in user[name].sets:
+            why = reader.refuse_arm_key(key, facts)
+            if why:
+                raise fail(f"user_arms.{name}.set.{key}: {why} ({where})")
     return facts
 
 
