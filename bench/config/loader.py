@@ -28,7 +28,7 @@ import yaml
 
 import bench.config.typed as typed
 import bench.config.yamlio as yamlio
-from bench.arms import AA, ARM_NAMES, ARMS, USER_ARM_NAME, Arm, arm_named, user_arm
+from bench.arms import AA, ARMS, Arm, arm_named
 from bench.config.cellfacts import CellReader, Readers
 from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for, prime_run_id, run_id
 from bench.config.schema import (
@@ -44,13 +44,12 @@ from bench.config.schema import (
     ParityKeys,
     PrecisionKeys,
     SweepKeys,
-    UserArmKeys,
 )
 from bench.config.typed import Fail
+from bench.config.userarms import user_arms
 from bench.errors import SweepError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_USER_ARM_RE = re.compile(USER_ARM_NAME)
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _ENDPOINT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d+$")
 # Multi-node runs meet at a c10d rendezvous: the config's rdzv_endpoint, else this variable, else
@@ -90,7 +89,7 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
     if not isinstance(raw, dict):
         raise fail("expected a mapping of sweep settings at the top level")
     top = _check_top(typed.build(SweepKeys, raw, "", fail), readers, fail)
-    user = _user_arms(top, fail)
+    user = user_arms(top, fail)
     rdzv = _rdzv_endpoint(top, os.environ, fail)
     _check_runs(top, raw, user, fail)
     _check_contrasts(top.contrasts, top.arms, fail)
@@ -151,32 +150,6 @@ def _check_top(top: SweepKeys, readers: Readers, fail: Fail) -> SweepKeys:
     if top.poll_interval_s > MAX_POLL_INTERVAL_S:
         raise fail(f"poll_interval_s: expected at most {MAX_POLL_INTERVAL_S} s, got {top.poll_interval_s}")
     return top
-
-
-def _user_arms(top: SweepKeys, fail: Fail) -> dict[str, Arm]:
-    """The sweep's own arms (user_arms), each a name no built-in arm has, a one-line doc and a
-    non-empty ``set:``; then every name in ``arms`` is a built-in arm or one of them."""
-    user: dict[str, Arm] = {}
-    for name, raw in top.user_arms.items():
-        where = f"user_arms.{name}"
-        if name in ARMS:
-            raise fail(f"{where}: {name!r} is a built-in arm ({ARMS[name].doc}); give yours another name")
-        if not _USER_ARM_RE.match(name):
-            raise fail(
-                f"{where}: {name!r} should be letters and digits, a letter first (it ends each of its "
-                "run directories' names)"
-            )
-        keys = typed.build(UserArmKeys, raw, f"{where}.", fail)
-        if "\n" in keys.doc.strip():
-            raise fail(f"{where}.doc: expected one line, got {keys.doc!r}")
-        if not keys.set:
-            raise fail(f"{where}.set: empty; expected the trainer's dotted keys the arm sets")
-        user[name] = user_arm(name, keys.doc.strip(), keys.set)
-    for a in top.arms:
-        if a not in ARMS and a not in user:
-            declared = f", or user_arms ({', '.join(user)})" if user else ", or one declared in user_arms"
-            raise fail(f"arms: unknown arm {a!r}; expected arms from {', '.join(ARM_NAMES)}{declared}")
-    return user
 
 
 def _check_runs(top: SweepKeys, raw: dict, user: dict[str, Arm], fail: Fail) -> None:

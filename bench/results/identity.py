@@ -43,9 +43,8 @@ def workload_digest(cell: CellDoc | None, sweep: dict | None = None) -> str | No
     if cell is None:
         return None
     sha = cell.config_sha256 or _planned_sha(cell, sweep)
-    doc = {"training_config": sha or cell.train_config, "set": cell.set or {}}
-    if cell.arm_set:
-        doc["arm_set"] = cell.arm_set
+    mine = {"arm_set": cell.arm_set} if cell.arm_set else {}
+    doc = {"training_config": sha or cell.train_config, "set": cell.set or {}, **mine}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
