@@ -8,13 +8,20 @@ config key: each trainer plug (bench/trainers/<name>/) translates the intent int
 or refuses the arm in one line naming what it cannot express. What the rest of the suite needs
 to know about an arm (whether it runs Liger, which module kinds the kernel attribution can
 predict for it, whether it needs a GPU) is derived from its entry.
+
+A sweep may also declare arms of its own (its ``user_arms``, or ``bench ab --arm``): a
+:class:`Arm` with ``sets``, the trainer's own dotted keys set as written on top of the cell's,
+and no other intent. Every plug passes them through; each trainer's cell reader refuses the keys
+its driver owns (bench/config/cellfacts.py). :func:`user_arm` makes one, :func:`arm_named`
+finds an arm by name among the built-in ones and a sweep's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 # The Liger kernels an arm can swap in, in the order reports list them: the draft's RMSNorm,
 # its SwiGLU MLP, and the fused linear cross-entropy of the LM head + loss ("loss").
@@ -38,6 +45,8 @@ class Arm:
     polls_vram: bool = True
     perturb: bool = False  # the baseline's weights moved by one unit in the last place (a floor arm)
     lr_scale: float = 1.0  # the learning rate times this (a negative control: training parity must catch it)
+    # a user arm's keys: the trainer's own dotted keys, set as written on every run of the arm
+    sets: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.kernels) - set(KERNELS)
@@ -57,6 +66,11 @@ class Arm:
             [f"{', '.join(extra)} in the model, not asked for"] if extra else []
         )
         return "no: " + "; ".join(said)
+
+    @property
+    def user(self) -> bool:
+        """Whether a sweep declared it (user_arms): the trainer's own keys, not a built-in intent."""
+        return bool(self.sets)
 
     @property
     def liger(self) -> bool:
@@ -152,3 +166,19 @@ NEGATIVE_CONTROLS = tuple(name for name, arm in ARMS.items() if arm.lr_scale != 
 NOT_UNDER_TEST = (*FLOOR_ARMS, *NEGATIVE_CONTROLS)  # the yardsticks: no parity gate, never a gain
 # Arms whose Δ the kernel attribution can predict from the swapped modules' timings.
 LIGER_ARMS = tuple(name for name, arm in ARMS.items() if arm.swapped_kinds)
+
+# A user arm's name ends each of its run directories' names (<cell_id>_<arm>_r<repeat>), where it is
+# read back as the last word: letters and digits only.
+USER_ARM_NAME = r"^[A-Za-z][A-Za-z0-9]*$"
+
+
+def user_arm(name: str, doc: str, sets: Mapping[str, Any]) -> Arm:
+    """A sweep's own arm: the baseline with the trainer's dotted keys ``sets`` set as written."""
+    return Arm(name, doc, sets=MappingProxyType(dict(sets)))
+
+
+def arm_named(name: str, user: Mapping[str, Arm] | None = None) -> Arm:
+    """The arm called ``name``: a sweep's own (``user``) or a built-in one (KeyError: neither)."""
+    if user and name in user:
+        return user[name]
+    return ARMS[name]

@@ -147,6 +147,7 @@ class CellDoc(_Record):
     train_config: str | None = None
     config_sha256: str | None = None
     set: dict[str, Any] | None = None  # the cells entry's `set:` overrides
+    arm_set: dict[str, Any] | None = None  # a sweep's own arm's keys (user_arms; absent for a built-in arm)
     cache_dir: str | None = None
     timeout_s: float | None = None
     command: list[str] | None = None

@@ -39,6 +39,11 @@ class CellReader(Protocol):
         """Why a cell's ``set:`` may not set ``key`` (the driver sets it for every run), or None."""
         ...
 
+    def refuse_arm_key(self, key: str, facts: dict) -> str | None:
+        """Why a sweep's own arm (user_arms) may not set ``key`` on this trainer (the driver sets it,
+        or a built-in arm owns it), or None."""
+        ...
+
     def refuse_arms(self, arms: list[Arm], where: str) -> str | None:
         """One line naming the arms this trainer cannot express (and what it would need), or None."""
         ...

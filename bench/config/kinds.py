@@ -14,7 +14,7 @@ import re
 from typing import Annotated, Any
 
 import bench.config.typed as typed
-from bench.arms import AA, ARM_NAMES, ARMS, BASELINE
+from bench.arms import AA, ARM_NAMES, BASELINE
 from bench.config.typed import Bound, Fail, Kind
 
 _SET_KEY_RE = re.compile(r"^[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*$")
@@ -56,7 +56,10 @@ class OptionalText(Kind):
 
 
 class ArmNames(Kind):
-    expect = f"a list of arms from {', '.join(ARM_NAMES)}"
+    """Only the shape and the baseline: the loader checks the names against bench/arms.py and the
+    sweep's user_arms."""
+
+    expect = f"a list of arms from {', '.join(ARM_NAMES)} or user_arms"
 
     def check(self, value: Any, name: str, fail: Fail, bound: Bound) -> list[str]:
         if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
@@ -64,9 +67,6 @@ class ArmNames(Kind):
         arms = list(value)
         if arms[:2] == [BASELINE, BASELINE]:  # A/A: the second baseline is the arm "aa"
             arms[1] = AA
-        unknown = [a for a in arms if a not in ARMS]
-        if unknown:
-            raise fail(f"{name}: unknown arm {unknown[0]!r}; expected arms from {', '.join(ARM_NAMES)}")
         if len(set(arms)) != len(arms):
             raise fail(f"{name}: each arm once, got {value!r}")
         if BASELINE not in arms:
@@ -130,6 +130,23 @@ class SectionMapping(Kind):
     def check(self, value: Any, name: str, fail: Fail, bound: Bound) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.bad(value, name, fail)
+        return dict(value)
+
+
+class UserArms(Kind):
+    """A mapping of arm names to mappings, each checked later against its own section (the loader
+    knows the built-in arms the names may not take)."""
+
+    def __init__(self, section: type) -> None:
+        self.fields = ", ".join(typed.labels(section))
+        self.expect = f"a mapping of arm names to mappings with {self.fields}"
+
+    def check(self, value: Any, name: str, fail: Fail, bound: Bound) -> dict[str, Any]:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise self.bad(value, name, fail)
+        for k, v in value.items():
+            if not isinstance(v, dict):
+                raise fail(f"{name}.{k}: expected a mapping with {self.fields}, got {v!r}")
         return dict(value)
 
 

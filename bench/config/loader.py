@@ -21,13 +21,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 
 import bench.config.typed as typed
 import bench.config.yamlio as yamlio
-from bench.arms import AA, ARMS
+from bench.arms import AA, ARMS, Arm, arm_named
 from bench.config.cellfacts import CellReader, Readers
 from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for, prime_run_id, run_id
 from bench.config.schema import (
@@ -45,6 +46,7 @@ from bench.config.schema import (
     SweepKeys,
 )
 from bench.config.typed import Fail
+from bench.config.userarms import user_arms
 from bench.errors import SweepError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -87,8 +89,9 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
     if not isinstance(raw, dict):
         raise fail("expected a mapping of sweep settings at the top level")
     top = _check_top(typed.build(SweepKeys, raw, "", fail), readers, fail)
+    user = user_arms(top, fail)
     rdzv = _rdzv_endpoint(top, os.environ, fail)
-    _check_runs(top, raw, fail)
+    _check_runs(top, raw, user, fail)
     _check_contrasts(top.contrasts, top.arms, fail)
     precision = _precision(top.precision, {}, "precision", fail)
     capacity = _capacity(top.capacity, fail)
@@ -96,14 +99,16 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
     cells: list[Cell] = []
     resolved_cells: list[dict[str, Any]] = []
     for i, entry in enumerate(top.cells):
-        resolved_cell, entry_cells = _expand_entry(top, i, entry, path, readers, fail)
+        resolved_cell, entry_cells = _expand_entry(top, user, i, entry, path, readers, fail)
         resolved_cells.append(resolved_cell)
         cells += entry_cells
     _check_unique(cells, fail)
     _check_sizes(top, cells, fail)
     _check_lockstep(top, cells, readers, fail)
     resolved = {**typed.as_dict(top), "cells": resolved_cells}
-    return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved)
+    if not user:  # a sweep without arms of its own resolves (and its sweep.json reads) as before the key
+        del resolved["user_arms"]
+    return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved, user)
 
 
 def _check_trainer(name: str, where: str, readers: Readers, fail: Fail) -> None:
@@ -147,7 +152,7 @@ def _check_top(top: SweepKeys, readers: Readers, fail: Fail) -> SweepKeys:
     return top
 
 
-def _check_runs(top: SweepKeys, raw: dict, fail: Fail) -> None:
+def _check_runs(top: SweepKeys, raw: dict, user: dict[str, Arm], fail: Fail) -> None:
     """Multi-node launcher, cells, arms against the hardware, precision against repeats."""
     if top.nodes == 1 and top.launcher is not None:
         raise fail(
@@ -155,7 +160,7 @@ def _check_runs(top: SweepKeys, raw: dict, fail: Fail) -> None:
         )
     if not top.cells:
         raise fail("cells: expected a non-empty list of cells")
-    gpu_only = [a for a in top.arms if ARMS[a].gpu_only]
+    gpu_only = [a for a in top.arms if arm_named(a, user).gpu_only]
     if gpu_only and "cpu" in top.hardware:
         arm = gpu_only[0]
         raise fail(
@@ -280,7 +285,7 @@ def _capacity(raw: dict | None, fail: Fail) -> Capacity | None:
 
 
 def _expand_entry(
-    top: SweepKeys, i: int, entry: Any, path: Path, readers: Readers, fail: Fail
+    top: SweepKeys, user: dict[str, Arm], i: int, entry: Any, path: Path, readers: Readers, fail: Fail
 ) -> tuple[dict, list[Cell]]:
     """One `cells:` entry: (its resolved keys, the cells it expands to)."""
     where = f"cells[{i}]"
@@ -292,7 +297,7 @@ def _expand_entry(
     trainer = c.trainer or top.trainer
     cfg_path = _find_train_config(c.config, path, fail, where)
     train = _read_train_config(cfg_path, fail, where)
-    facts = _cell_facts(top, readers[trainer], train, cfg_path, c.set, where, fail)
+    facts = _cell_facts(top, user, readers[trainer], train, cfg_path, c.set, where, fail)
     steps = c.steps if c.steps is not None else top.steps
     warmup = c.warmup_steps if c.warmup_steps is not None else top.warmup_steps
     if warmup >= steps:
@@ -328,8 +333,9 @@ def _expand_entry(
         trainer=trainer,
         trainer_tag="" if trainer == next(iter(readers)) else trainer,
         inputs=facts["inputs"],
+        user_arms=MappingProxyType(dict(user)),
     )
-    for arm in (ARMS[a] for a in top.arms):
+    for arm in (arm_named(a, user) for a in top.arms):
         if arm.attention is not None and arm.attention == entry_cell.attention_backend:
             raise fail(
                 f"arms: {arm.name} on {where}, whose attention is {arm.attention} already: "
@@ -395,6 +401,7 @@ def _sweep_config(
     precision: Precision | None,
     capacity: Capacity | None,
     resolved: dict[str, Any],
+    user: dict[str, Arm],
 ) -> SweepConfig:
     return SweepConfig(
         keys=top,
@@ -408,15 +415,24 @@ def _sweep_config(
         precision=precision,
         capacity=capacity,
         resolved=resolved,
+        user_arms=MappingProxyType(dict(user)),
     )
 
 
 def _cell_facts(
-    top: SweepKeys, reader: CellReader, train: Any, cfg_path: Path, sets: dict, where: str, fail: Fail
+    top: SweepKeys,
+    user: dict[str, Arm],
+    reader: CellReader,
+    train: Any,
+    cfg_path: Path,
+    sets: dict,
+    where: str,
+    fail: Fail,
 ) -> dict[str, Any]:
     """What the cell's trainer reads in its training config (profile, mode, who prepares the
     inputs, the shape keys as the runs will see them), the `set:` keys the driver owns for that
-    trainer refused, and the sweep's arms it cannot express refused."""
+    trainer refused, the sweep's arms it cannot express refused, and the keys of the sweep's own
+    arms that the driver owns for that trainer refused."""
     facts = reader.read_cell(train, cfg_path, sets, top.nodes, where)
     if isinstance(facts, str):
         raise fail(facts)
@@ -424,9 +440,14 @@ def _cell_facts(
         why = reader.refuse_set(key, facts)
         if why:
             raise fail(f"{where}.set.{key}: {why}")
-    refused = reader.refuse_arms([ARMS[a] for a in top.arms], where)
+    refused = reader.refuse_arms([arm_named(a, user) for a in top.arms], where)
     if refused:
         raise fail(refused)
+    for name in (a for a in top.arms if a in user):
+        for key in user[name].sets:
+            why = reader.refuse_arm_key(key, facts)
+            if why:
+                raise fail(f"user_arms.{name}.set.{key}: {why} ({where})")
     return facts
 
 

@@ -11,11 +11,13 @@ import hashlib
 import json
 import re
 import typing
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from bench.arms import ARM_NAMES, ARMS
+from bench.arms import ARM_NAMES, Arm, arm_named
 from bench.config.schema import SweepKeys
 
 
@@ -64,6 +66,12 @@ class Cell:
     trainer: str = ""  # the registered trainer that runs it (bench/trainers)
     trainer_tag: str = ""  # "" for the default (first registered) trainer, else its name
     inputs: str = "prepared"  # offline: the plug prepares its cache; "user": the config names its own data
+    # the sweep's own arms (user_arms) by name, which its runs may be of; the built-in ones: bench/arms.py
+    user_arms: Mapping[str, Arm] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+
+    def arm(self, name: str) -> Arm:
+        """The arm called ``name``: the sweep's own or a built-in one."""
+        return arm_named(name, self.user_arms)
 
     def cache_key(self) -> str:
         """Offline caches are shared by the cells (arms, batch sizes, repeats) with the same trainer,
@@ -91,8 +99,13 @@ class Run:
     order_index: int  # 0-based position in the run order
 
     @property
+    def spec(self) -> Arm:
+        """What the arm is (bench/arms.py's entry, or the sweep's own arm)."""
+        return self.cell.arm(self.arm)
+
+    @property
     def liger(self) -> bool:
-        return ARMS[self.arm].liger
+        return self.spec.liger
 
 
 # A run's id is its directory's name; every id is built here and read back by parse_run_id.
@@ -135,7 +148,7 @@ def parse_run_id(text: str) -> dict[str, str] | None:
 # SweepConfig's own fields: what validation derives; every other attribute is a sweep key
 # (bench/config/schema.py: SweepKeys, declared there once), read through to ``keys``.
 DERIVED = ("path", "out", "rdzv_endpoint", "rdzv_from", "launcher", "launcher_from", "cells")
-DERIVED += ("precision", "capacity", "resolved")
+DERIVED += ("precision", "capacity", "resolved", "user_arms")
 
 
 @dataclass(frozen=True)
@@ -156,6 +169,8 @@ class SweepConfig:
     precision: Precision | None
     capacity: Capacity | None
     resolved: dict[str, Any]  # every key with its default filled in; stored in sweep.json
+    # its own arms (the user_arms key, as Arm entries with their keys), by name
+    user_arms: Mapping[str, Arm] = field(default_factory=lambda: MappingProxyType({}))
 
     def __getattr__(self, name: str) -> Any:
         """A sweep key not derived here: SweepKeys' value, frozen (lists as tuples)."""
@@ -172,9 +187,13 @@ class SweepConfig:
     def max_gpus(self) -> int:
         return max(c.gpus for c in self.cells)
 
+    def arm(self, name: str) -> Arm:
+        """The arm called ``name``: the sweep's own (user_arms) or a built-in one."""
+        return arm_named(name, self.user_arms)
+
     def polls(self, arm: str) -> bool:
         """Whether runs of this arm are polled for VRAM."""
-        return self.poll_vram and ARMS[arm].polls_vram
+        return self.poll_vram and self.arm(arm).polls_vram
 
     @property
     def precision_targets(self) -> dict[str, dict]:

@@ -1,6 +1,7 @@
 """The sweep config's keys: one dataclass per section, each key with its type, default, bound and doc.
 
 Sections: :class:`SweepKeys` (the top level), :class:`CellKeys` (one entry of ``cells:``),
+:class:`UserArmKeys` (one arm of ``user_arms:``),
 :class:`PrecisionKeys` (``precision:``, the sweep's or a cell's over it) and
 :class:`CapacityKeys` (``capacity:``). The typed engine (bench/config/typed.py) validates a
 raw mapping against one of them; what spans several keys (warmup_steps < steps, a launcher
@@ -23,6 +24,7 @@ from bench.config.kinds import (
     SectionList,
     SectionMapping,
     Sets,
+    UserArms,
 )
 from bench.config.typed import key
 
@@ -128,6 +130,20 @@ Cells = Annotated[list, SectionList("cells", CellKeys)]
 
 
 @dataclass(frozen=True, kw_only=True)
+class UserArmKeys:
+    """One arm of ``user_arms:`` (its name is the key): the baseline with the trainer's own keys set."""
+
+    doc: str = key(doc="one line: what the arm changes against the baseline")
+    set: Sets = key(
+        doc="the cells' trainer's own dotted keys the arm sets, on top of each cell's `set:` (not the "
+        "driver's own keys)"
+    )
+
+
+UserArmsMapping = Annotated[dict[str, Any], UserArms(UserArmKeys)]
+
+
+@dataclass(frozen=True, kw_only=True)
 class SweepKeys:
     """The top level of a sweep config."""
 
@@ -145,7 +161,12 @@ class SweepKeys:
         doc="the interpreter of a trainer that runs in your own Python environment; null: the trainer's "
         "own lookup",
     )
-    arms: Arms = key(["baseline", "liger"], doc="the A/B arms (bench/arms.py), run baseline first")
+    user_arms: UserArmsMapping = key(
+        {}, doc="arms of your own beside bench/arms.py's: {name: {doc, set: {dotted key: value}}}"
+    )
+    arms: Arms = key(
+        ["baseline", "liger"], doc="the A/B arms (bench/arms.py's, or user_arms'), run baseline first"
+    )
     contrasts: Pairs = key(
         [], doc="arm-vs-arm comparisons beside each arm-vs-baseline one: [[arm, reference]]"
     )

@@ -1,6 +1,8 @@
 """Workload identity: which runs measured the same work. A run's identity is its cell columns
 (trainer, profile, mode, batch, sequence, accumulation, anchors, GPUs, nodes), its arm and a
-digest of its training config and `set:` overrides (workload_digest); and a run's cell.json
+digest of its training config, `set:` overrides and, for a sweep's own arm (user_arms), the
+keys that arm sets (workload_digest: two sweeps' "eager" arms that set different keys are two
+workloads); and a run's cell.json
 must be the workload sweep.json planned for its cell (plan_problem), else the run is not counted.
 
 sweep.json's ``cells`` (written by the driver since 2026-12-01) is the plan; a sweep from before
@@ -35,12 +37,14 @@ def _planned_sha(cell: CellDoc, sweep: dict | None) -> str | None:
 
 
 def workload_digest(cell: CellDoc | None, sweep: dict | None = None) -> str | None:
-    """12 hex digits of the run's training config (its sha256, else its path) and `set:` overrides;
-    None without a trusted cell.json."""
+    """12 hex digits of the run's training config (its sha256, else its path), `set:` overrides and
+    a user arm's keys (cell.json's arm_set; a built-in arm's runs digest as before there were user
+    arms); None without a trusted cell.json."""
     if cell is None:
         return None
     sha = cell.config_sha256 or _planned_sha(cell, sweep)
-    doc = {"training_config": sha or cell.train_config, "set": cell.set or {}}
+    mine = {"arm_set": cell.arm_set} if cell.arm_set else {}
+    doc = {"training_config": sha or cell.train_config, "set": cell.set or {}, **mine}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from bench import fmt
-from bench.arms import ARMS
+from bench.arms import ARMS, user_arm
 from bench.config.model import parse_run_id
 from bench.fileio import read_json, read_jsonl
 from bench.record import (
@@ -463,9 +463,12 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
 def arm_in_effect(rec: RunRecord) -> str | None:
     """Whether the run's own record shows its arm's Liger kernels in the model it trained, and no
     others (bench.arms.Arm.in_effect); None when the run recorded no module classes (a SpecForge
-    run before the census, a multi-GPU SpecForge run) or its arm is not a built-in one."""
+    run before the census, a multi-GPU SpecForge run) or its arm is unknown (a sweep's own arm is the baseline with its keys: no Liger)."""
     types = (rec.run or RunDoc()).draft_module_types
     arm = ARMS.get(str(rec.arm))
+    sets = rec.cell.arm_set if rec.cell else None
+    if arm is None and isinstance(sets, dict):  # a sweep's own arm: the baseline with its keys
+        arm = user_arm(str(rec.arm), "", sets)
     return arm.in_effect(types) if arm is not None and isinstance(types, list) else None
 
 

@@ -4,7 +4,10 @@ one cell of that config, baseline vs liger, 13 steps with 1 warm-up, the precisi
 ``{ci_halfwidth_pct: 1.0, min_pairs: 3, max_pairs: 6}``, ``hardware: any`` — into the sweep
 directory as ``ab.yaml`` and runs it as ``bench sweep`` would (same checks, runs, resume and
 report); the PR Summary is what it prints last. ``key=value`` are the training config's own
-dotted keys (the cell's ``set:``); bad input is one line and exit 2, before anything is written.
+dotted keys (the cell's ``set:``); ``--arm NAME:key=value[,key=value...]`` (repeatable) declares
+an arm of your own with the trainer's own keys (the sweep's ``user_arms``), so that ``--arm
+eager:training.attention_backend=sdpa`` alone is the A/B baseline vs eager; bad input is one line
+and exit 2, before anything is written.
 """
 
 from __future__ import annotations
@@ -31,7 +34,17 @@ def add_ab_parser(sub) -> None:
     p.add_argument("--trainer", help="the trainer (registered name, e.g. specforge-cli; default: the first)")
     p.add_argument("--python", help="trainer_python: your environment's interpreter")
     p.add_argument("--out", help="the sweep directory (default: results/ab-<config name>)")
-    p.add_argument("--arms", default="baseline,liger", help="comma-separated arms (default baseline,liger)")
+    p.add_argument(
+        "--arms",
+        help="comma-separated arms (default baseline,liger; with --arm: baseline and your arms)",
+    )
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
+        help="an arm of your own: the trainer's own dotted keys it sets (repeatable; user_arms)",
+    )
     for name, default in DEFAULTS.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=f"default {default}")
     p.add_argument("--pairs", type=int, help="a fixed number of pairs instead of the precision rule")
@@ -64,6 +77,22 @@ def _pairs(items: list[str], what: str) -> dict:
     return out
 
 
+def user_arms(specs: list[str]) -> dict:
+    """``--arm NAME:key=value[,key=value...]`` as the sweep's user_arms (the names and keys are
+    checked there, as a sweep config's)."""
+    out: dict = {}
+    for spec in specs:
+        name, colon, body = spec.partition(":")
+        name = name.strip()
+        if not colon or not name or not body.strip():
+            raise SweepError(f"--arm: expected NAME:key=value[,key=value...], got {spec!r}")
+        if name in out:
+            raise SweepError(f"--arm: {name!r} is given twice; one --arm per arm, its keys comma-separated")
+        items = [item.strip() for item in body.split(",") if item.strip()]
+        out[name] = {"doc": f"bench ab --arm {name}:{','.join(items)}", "set": _pairs(items, f"--arm {name}")}
+    return out
+
+
 def sweep_doc(args) -> dict:
     """The sweep config of the A/B (what ab.yaml holds)."""
     config = Path(args.config)
@@ -85,7 +114,12 @@ def sweep_doc(args) -> dict:
                 "this one"
             )
         doc["trainer_python"] = args.python
-    doc["arms"] = [a.strip() for a in args.arms.split(",") if a.strip()]
+    user = user_arms(args.arm)
+    if user:
+        doc["user_arms"] = user
+    arms = args.arms if args.arms is not None else "baseline" if user else "baseline,liger"
+    doc["arms"] = [a.strip() for a in arms.split(",") if a.strip()]
+    doc["arms"] += [name for name in user if name not in doc["arms"]]
     doc |= {"steps": args.steps, "warmup_steps": args.warmup_steps}
     if args.pairs is not None:
         doc["repeats"] = args.pairs
@@ -175,6 +209,8 @@ def in_user_words(message: str, config: Path) -> str:
     for prefix in (f"{config}: ", f"{config.name}: "):
         message = message.removeprefix(prefix)
     message = re.sub(r"\bcells\[0\]\.set\.([\w.-]+)", r"\1=", message)
+    message = re.sub(r"\buser_arms\.(\w+)\.set\.([\w.-]+)", r"--arm \1:\2=", message)
+    message = re.sub(r"\buser_arms\.(\w+)", r"--arm \1", message)
     for key in sorted(FLAGS, key=len, reverse=True):
         message = re.sub(rf"(?<![\w.\[-]){re.escape(key)}(?=[:\s(]|$)", FLAGS[key], message, count=1)
     return message

@@ -156,6 +156,7 @@ def cell_record(
         train_config=c.train_config,
         config_sha256=c.config_sha256,
         set=c.overrides,
+        **({"arm_set": dict(run.spec.sets)} if run.spec.user else {}),
         cache_dir=str(cache_dir) if cache_dir is not None else None,
         timeout_s=c.timeout_s,
         command=argv,

@@ -60,6 +60,7 @@ def arm_skip_reasons(arms: tuple[str, ...] | list[str]) -> dict[str, str]:
     """arm -> why its runs cannot run on this machine and are recorded as skipped: the Liger arms
     without a GPU or liger-kernel (liger_skip_reason), the other GPU-only arms (compile) without
     a GPU. A ``hardware: cpu`` config naming a GPU-only arm was refused when it was loaded."""
+    arms = [a for a in arms if a in ARMS]  # a sweep's own arms (user_arms) run wherever the baseline does
     liger = liger_skip_reason() if any(ARMS[a].liger for a in arms) else None
     no_gpu = gpu_missing() if any(ARMS[a].gpu_only and not ARMS[a].liger for a in arms) else False
     reasons = {}

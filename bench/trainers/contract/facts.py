@@ -26,7 +26,8 @@ def profile_and_mode(train: Any, cfg_path: Path, where: str) -> dict | str:
 
 def contract_arm(arm: Arm) -> bool:
     """Whether the contract alone expresses the arm: Liger off, or on with its two kernels (no
-    nudged weights: the contract has no key for them)."""
+    nudged weights: the contract has no key for them). A sweep's own arm (user_arms) is the
+    trainer's own keys, given as --set."""
     return arm.liger_switch_only and not arm.perturb
 
 
@@ -44,6 +45,9 @@ class ContractReader:
     def refuse_set(self, key: str, facts: dict) -> str | None:
         hint = {**CELL_KEYS, **CONTRACT_KEYS}.get(key)
         return f"set by the driver; {hint}" if hint else None
+
+    def refuse_arm_key(self, key: str, facts: dict) -> str | None:
+        return self.refuse_set(key, facts)
 
     def refuse_arms(self, arms: list[Arm], where: str) -> str | None:
         unfit = [a.name for a in arms if not contract_arm(a)]

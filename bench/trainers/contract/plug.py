@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import bench.trainers.outcome as outcome
-from bench.arms import ARMS, Arm
+from bench.arms import Arm
 from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
 from bench.procs.launcher import exit_text, now
@@ -79,8 +79,8 @@ class ContractPlug:
 
     def train_args(self, run: Run, rdir: Path, cache_dir: Path | None) -> list[str]:
         """``train CONFIG --set k=v ... [--use-liger-kernel] --output-dir DIR``: the cell's keys, then
-        the arm's own keys (which a cell may not set)."""
-        cell, arm = run.cell, ARMS[run.arm]
+        the arm's own keys (which a cell may not set), then a user arm's keys (user_arms)."""
+        cell, arm = run.cell, run.spec
         sets: dict[str, Any] = {STEPS: cell.steps, BATCH: cell.batch_size, SEQ_LEN: cell.seq_len}
         if cache_dir is not None:
             sets[CACHE_DIR] = str(cache_dir)
@@ -88,6 +88,7 @@ class ContractPlug:
             sets[LIGER] = False
         sets.update(cell.overrides)
         sets.update(self.arm_sets(arm))
+        sets.update(arm.sets)
         flag = ["--use-liger-kernel"] if arm.liger else []  # the contract's CLI flag for the Liger arm
         return ["train", cell.train_config, *set_args(sets), *flag, "--output-dir", str(rdir)]
 
@@ -130,10 +131,11 @@ class ContractPlug:
             argv = self.check_command(cfg, cell, out_dir, planned, arm)
             if tuple(argv) not in seen:
                 seen.add(tuple(argv))
-                self._check_one(cfg, cell, argv)
+                self._check_one(cfg, cell, argv, arm)
 
-    def _check_one(self, cfg: SweepConfig, cell: Cell, argv: list[str]) -> None:
-        where = f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id})"
+    def _check_one(self, cfg: SweepConfig, cell: Cell, argv: list[str], arm: str = "baseline") -> None:
+        mine = f", user arm {arm}" if cfg.arm(arm).user else ""  # a sweep's own arm: its keys are named
+        where = f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id}{mine})"
         try:
             r = run_check(argv)
         except subprocess.TimeoutExpired:

@@ -11,7 +11,7 @@ from bench.arms import Arm
 from bench.config import pick
 from bench.distribution import DEFAULT_TRAINER, OUR_TRAINER_MODULE
 from bench.trainers.contract.facts import profile_and_mode
-from bench.trainers.embedded.keys import ATTENTION_KEY, DRIVER_KEYS
+from bench.trainers.embedded.keys import ARM_REFUSED_KEYS, ATTENTION_KEY, DRIVER_KEYS
 
 MODULE = OUR_TRAINER_MODULE  # python -m specforge, from this checkout
 
@@ -34,6 +34,11 @@ class EmbeddedReader:
 
     def refuse_set(self, key: str, facts: dict) -> str | None:
         return f"set by the driver; {DRIVER_KEYS[key]}" if key in DRIVER_KEYS else None
+
+    def refuse_arm_key(self, key: str, facts: dict) -> str | None:
+        """The driver's own keys and the Liger kernels' (the built-in Liger arms); a user arm may set
+        the other keys a built-in arm sets (compile, attention, the optimizer, ...)."""
+        return f"set by the driver; {ARM_REFUSED_KEYS[key]}" if key in ARM_REFUSED_KEYS else None
 
     def refuse_arms(self, arms: list[Arm], where: str) -> str | None:
         return None  # our trainer has a key for every arm's intent

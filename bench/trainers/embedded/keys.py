@@ -88,3 +88,9 @@ def _driver_keys() -> Mapping[str, str]:
 
 
 DRIVER_KEYS = _driver_keys()
+
+# The keys a sweep's own arm (user_arms) may not set on our trainer: the fixed ones, and the Liger
+# kernels' choices (Liger is the built-in arms' switch; a user arm runs with Liger off).
+ARM_REFUSED_KEYS = MappingProxyType(
+    {**_FIXED_KEYS, **{k: DRIVER_KEYS[k] for k in KERNEL_KEYS.values() if k in DRIVER_KEYS}}
+)

@@ -45,7 +45,8 @@ CLI_PREPARED_KEYS = {
 def cli_arm(arm: Arm) -> bool:
     """Whether SpecForge expresses the arm: it has one Liger switch (model.use_liger_kernel), which
     swaps its RMSNorm and SwiGLU, and no key for compile, attention or the optimizer here; its
-    learning rate is a key (lr_off), and aa_eps is instrument.py's, inside its process."""
+    learning rate is a key (lr_off), and aa_eps is instrument.py's, inside its process. A sweep's
+    own arm (user_arms) is SpecForge's own keys, passed on the command line."""
     return set(arm.changes) <= {"learning rate"} and arm.kernels in (frozenset(), LIGER_DEFAULT)
 
 
@@ -111,6 +112,10 @@ class SpecForgeReader:
     def refuse_set(self, key: str, facts: dict) -> str | None:
         owned = {**CLI_DRIVER_KEYS, **(CLI_PREPARED_KEYS if facts["inputs"] == "prepared" else {})}
         return f"set by the driver for trainer {self.name}; {owned[key]}" if key in owned else None
+
+    def refuse_arm_key(self, key: str, facts: dict) -> str | None:
+        """The keys a cell's `set:` may not set (the plug passes them on every run's command line)."""
+        return self.refuse_set(key, facts)
 
     def refuse_arms(self, arms: list[Arm], where: str) -> str | None:
         unfit = [a.name for a in arms if not cli_arm(a)]

@@ -4,7 +4,8 @@ the same run loop as ours.
 Each run is ``specforge train -c CONFIG key=value ...`` started by the user's interpreter
 (``trainer_python``, else ``$SPECFORGE_PYTHON``, else the one behind ``specforge`` on PATH),
 as ``python -m specforge.cli`` under bench/trainers/specforge_cli/wrapper.py, which reads its step lines
-into metrics.jsonl. The arm is ``model.use_liger_kernel=true|false`` (always passed); the
+into metrics.jsonl. The arm is ``model.use_liger_kernel=true|false`` (always passed), and a
+sweep's own arm (user_arms) its SpecForge keys; the
 cell gives the batch size, sequence length and steps; the rest of the config is the user's
 own, untouched, or — for one of our training configs — the inputs this plug prepares offline
 with random weights (bench/trainers/specforge_cli/inputs.py). The config is validated by SpecForge
@@ -29,7 +30,6 @@ import yaml
 import bench.config.yamlio as yamlio
 import bench.trainers.specforge_cli.inputs as inputs
 import bench.trainers.specforge_cli.reasons as reasons
-from bench.arms import ARMS
 from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
 from bench.fileio import read_json
@@ -132,10 +132,10 @@ class SpecForgeCliPlug:
     # ------------------------------------------------------------ commands
 
     def overrides(self, cfg: SweepConfig, run: Run, rdir: Path) -> list[str]:
-        """``key=value`` for one run: the cell's `set:`, then the keys the driver owns."""
-        cell = run.cell
-        sets: dict = dict(cell.overrides)
-        scale = ARMS[run.arm].lr_scale
+        """``key=value`` for one run: the cell's `set:`, a user arm's keys, then the keys the driver owns."""
+        cell, arm = run.cell, run.spec
+        sets: dict = {**cell.overrides, **arm.sets}
+        scale = arm.lr_scale
         if scale != 1.0:  # lr_off, the negative control: the run's own learning rate, 1% higher
             sets["training.learning_rate"] = repr(self.learning_rate(cell) * scale)
         if cfg.runs_on_cpu or not self.has_gpu():  # whatever the hardware list says
@@ -143,7 +143,7 @@ class SpecForgeCliPlug:
             sets.setdefault("training.attention_backend", "sdpa")  # flex attention has no CPU backward
         sets.update(
             {
-                "model.use_liger_kernel": ARMS[run.arm].liger,
+                "model.use_liger_kernel": arm.liger,
                 "training.batch_size": cell.batch_size,
                 "data.max_length": cell.seq_len,
                 "training.max_steps": cell.steps,
@@ -196,7 +196,7 @@ class SpecForgeCliPlug:
             wrap += ["--warm", self.warm_socket()]
         if cfg.trainer_gc_freeze:
             wrap += ["--gc-freeze"]
-        if ARMS[run.arm].perturb:  # aa_eps: SpecForge has no key for it; instrument.py moves the weights
+        if run.spec.perturb:  # aa_eps: SpecForge has no key for it; instrument.py moves the weights
             # by one ulp of what the forward computes in: bfloat16 on a GPU (SpecForge's FSDP casts
             # its float32 weights to it), the weights' own float32 on the CPU
             wrap += ["--perturb-ulp", "bfloat16" if self.has_gpu() and not cfg.runs_on_cpu else "param"]
@@ -230,7 +230,7 @@ class SpecForgeCliPlug:
         runs; then SpecForge validates every cell and arm's config with every key a run gets
         (``--plan``: nothing starts), before anything is written."""
         facts = self.env_facts(cfg)
-        if not cfg.runs_on_cpu and any(ARMS[a].liger for a in cfg.arms) and not facts.get("liger_kernel"):
+        if not cfg.runs_on_cpu and any(cfg.arm(a).liger for a in cfg.arms) and not facts.get("liger_kernel"):
             raise SweepError(
                 f"{cfg.path}: arms: the Liger arm needs liger-kernel in {self.python} "
                 "(pip install --no-deps liger-kernel)"
@@ -244,7 +244,7 @@ class SpecForgeCliPlug:
                 for arm in cfg.arms:
                     run = Run("check", cell, arm, 1, 0)
                     argv = [*self.spec_command(cfg, run, out_dir / "runs" / "check", config), "--plan"]
-                    self._check_one(cfg, cell, argv)
+                    self._check_one(cfg, cell, argv, arm)
 
     def _check_config(self, cell: Cell, tmp: Path) -> Path:
         if not cell.prepared:
@@ -257,11 +257,12 @@ class SpecForgeCliPlug:
             raise SweepError(f"{cell.train_config}: cannot make SpecForge's inputs from it: {e}") from None
         return path
 
-    def _check_one(self, cfg: SweepConfig, cell: Cell, argv: list[str]) -> None:
+    def _check_one(self, cfg: SweepConfig, cell: Cell, argv: list[str], arm: str = "baseline") -> None:
         if tuple(argv) in self._checked:
             return
         self._checked.add(tuple(argv))
-        where = f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id})"
+        mine = f", user arm {arm}" if cfg.arm(arm).user else ""  # a sweep's own arm: its keys are named
+        where = f"{cfg.path}: cells[{cell.entry}] ({cell.cell_id}{mine})"
         try:
             r = subprocess.run(
                 argv,
@@ -303,7 +304,7 @@ class SpecForgeCliPlug:
             exit_code=rc,
             trainer={"name": self.name, "python": self.python, "specforge": facts.get("version")},
             config={"train_config": run.cell.train_config, "set": run.cell.overrides},
-            liger={"enabled": ARMS[run.arm].liger, "version": facts.get("liger_kernel")},
+            liger={"enabled": run.spec.liger, "version": facts.get("liger_kernel")},
             draft_module_types=module_types if isinstance(module_types, list) else None,
             startup_s=startup,
             startup={"imports_preloaded": warm},
