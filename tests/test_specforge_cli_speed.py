@@ -94,11 +94,16 @@ def test_hardware_any_on_a_machine_without_gpu_runs_no_shard_and_sdpa(sweep):
 def test_runs_stop_after_their_last_step_leave_no_checkpoint_and_report_their_overhead(sweep):
     _, out, _ = sweep
     runs = pd.read_csv(out / "runs.csv").set_index("run_id")
+    codes = []
     for rdir in (out / "runs").iterdir():
         exit_doc = json.loads((rdir / "specforge.json").read_text())
-        assert exit_doc["stop"]["stopped"] and exit_doc["last_step"] == 3 and exit_doc["exit_code"] == -9
+        assert exit_doc["stop"]["stopped"] and exit_doc["last_step"] == 3
+        # killed by the lever, or (on a loaded CPU) already gone by itself when the kill came
+        assert exit_doc["exit_code"] == -9 or exit_doc["stop"]["ended_before_stop"], exit_doc["stop"]
+        codes.append(exit_doc["exit_code"])
         assert not (rdir / "specforge-out").exists()
         assert runs.loc[rdir.name, "exit_s"] == exit_doc["exit_after_last_step_s"] < 30
+    assert -9 in codes  # the lever itself, at least once
     assert runs["run_wall_s"].gt(runs["startup_s"]).all()
     report = (out / "report.md").read_text()
     assert "## Per-run overhead (medians)" in report and "last step → exit (s)" in report

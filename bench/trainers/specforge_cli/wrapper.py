@@ -464,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
                 "stopped": stopped,
                 "processes_killed": stopper.killed if stopped else None,
                 "exit_after_stop_s": round(ended - stopper.stopped_at, 3) if stopped else None,
+                # SpecForge exited 0 by itself before the kill landed (a tiny CPU run's final
+                # checkpoint can take less than the wrapper takes to read the last step's line)
+                "ended_before_stop": stopped and rc == 0,
             },
             "signals_received": signals,
             "first_step_after_s": round(seen["first"] - started, 3) if seen["first"] else None,
