@@ -55,8 +55,8 @@ def sweep(tmp_path_factory):
 def build_ab(root: Path) -> dict:
     out = root / "out"
     extra = [
-        "--arms",
-        "baseline,aa",
+        "--arm",  # a user's own arm (tests/test_user_arms.py reads this A/B too): baseline vs eager
+        "eager:training.attention_backend=eager",
         "--pairs",
         "2",
         "--steps",
@@ -73,13 +73,15 @@ def test_one_command_runs_an_ab_and_prints_the_pr_summary(sweep):
     _, out, text = sweep
     doc = yaml.safe_load((out / "ab.yaml").read_text())
     assert (
-        doc["hardware"] == "any" and doc["trainer"] == "specforge-cli" and doc["arms"] == ["baseline", "aa"]
+        doc["hardware"] == "any"
+        and doc["trainer"] == "specforge-cli"
+        and doc["arms"] == ["baseline", "eager"]
     )
     runs = pd.read_csv(out / "runs.csv")
     assert list(runs["status"]) == ["ok"] * 4
-    assert "aa vs baseline:" in text and "report: " in text  # the PR Summary, last
+    assert "eager vs baseline:" in text and "report: " in text  # the PR Summary, last
     # the running Δ after each finished pair, with its CI once there are two
-    deltas = [ln for ln in text.splitlines() if "running Δ samples/s, aa vs baseline" in ln]
+    deltas = [ln for ln in text.splitlines() if "running Δ samples/s, eager vs baseline" in ln]
     assert len(deltas) == 2 and "after 1 pair(s)" in deltas[0] and "after 2 pair(s)" in deltas[1]
     assert "[" in deltas[1].split("running Δ")[1]
 
@@ -87,8 +89,10 @@ def test_one_command_runs_an_ab_and_prints_the_pr_summary(sweep):
 def test_hardware_any_on_a_machine_without_gpu_runs_no_shard_and_sdpa(sweep):
     _, out, _ = sweep
     for cell in (out / "runs").glob("*/cell.json"):
-        cmd = json.loads(cell.read_text())["command"]
-        assert "training.fsdp_sharding=NO_SHARD" in cmd and "training.attention_backend=sdpa" in cmd
+        doc = json.loads(cell.read_text())
+        cmd = doc["command"]
+        backend = "eager" if doc["arm"] == "eager" else "sdpa"  # the user's arm keeps its own attention
+        assert "training.fsdp_sharding=NO_SHARD" in cmd and f"training.attention_backend={backend}" in cmd
 
 
 def test_runs_stop_after_their_last_step_leave_no_checkpoint_and_report_their_overhead(sweep):
@@ -124,9 +128,8 @@ def test_accuracies_per_arm_and_their_parity_beside_loss_parity(sweep):
     assert runs["accuracy_last"].between(0, 1).all()
     summary = pd.read_csv(out / "summary.csv").set_index("arm")
     assert summary["accuracy_last_mean"].between(0, 1).all()
-    assert abs(summary.loc["aa", "delta_accuracy_last"]) <= 1 and summary.loc["aa", "loss_parity"].startswith(
-        "pass"
-    )
+    assert abs(summary.loc["eager", "delta_accuracy_last"]) <= 1
+    assert summary.loc["eager", "loss_parity"].startswith("pass")  # eager and sdpa attention: one loss
 
 
 def test_data_smaller_than_a_run_is_refused_in_one_line_before_anything_starts(sweep, tmp_path):

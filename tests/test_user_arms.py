@@ -21,7 +21,8 @@ from bench.config import SweepError, plan
 from bench.record import CellDoc
 from bench.results.identity import workload_digest
 from bench.trainers import load_config, plugs_for
-from tests.helpers import CONFIGS, REPO, built_once, run_cli
+from tests.helpers import CONFIGS, built_once, run_cli
+from tests.test_specforge_cli_speed import build_ab
 from tests.upstream_env import upstream_python
 
 TINY = CONFIGS / "train" / "tiny-offline.yaml"
@@ -173,21 +174,10 @@ def test_the_workload_digest_tells_two_user_arms_of_one_name_apart():
 # ------------------------------------------------------------ the real SpecForge CLI, end to end
 
 
-def build_user_arm_ab(root: Path) -> dict:
-    cache = root / "inputs"
-    prep = [sys.executable, "-m", "bench.trainers.specforge_cli.inputs", str(TINY), "--seq-len", "128"]
-    subprocess.run([*prep, "--output-dir", str(cache)], cwd=REPO, check=True, capture_output=True)
-    argv = [sys.executable, "-m", "bench", "ab", "--trainer", "specforge-cli", "-c", str(cache / "run.yaml")]
-    argv += ["--python", str(upstream_python()), "--out", str(root / "out"), "--seq-len", "128"]
-    argv += ["--pairs", "2", "--steps", "4", "--arm", "eager:training.attention_backend=eager"]
-    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return {"output": r.stdout + r.stderr}
-
-
 @pytest.mark.slow
 def test_a_user_arm_ab_of_the_real_cli_runs_both_arms_and_records_the_arms_keys(tmp_path_factory):
-    root, _ = built_once(tmp_path_factory, "specforge-user-arm", build_user_arm_ab)
+    # the one-command A/B of tests/test_specforge_cli_speed.py: baseline vs eager, built once for both
+    root, _ = built_once(tmp_path_factory, "specforge-ab", build_ab)
     out = root / "out"
     with (out / "runs.csv").open() as f:
         runs = list(csv.DictReader(f))
