@@ -236,6 +236,13 @@ class Probe:
         os.replace(tmp, self.out)
 
 
+def _dump(out: str, doc: dict) -> None:
+    """A hook's record, written whole (a temporary file renamed over OUT)."""
+    with open(out + ".tmp", "w") as f:
+        json.dump(doc, f)
+    os.replace(out + ".tmp", out)
+
+
 class GcFreeze:
     """After the first optimizer step, move every live object into Python's permanent generation
     (``gc.freeze()``): a full collection then walks only what was made since, instead of the
@@ -253,9 +260,7 @@ class GcFreeze:
         self.done = True
         gc.collect()
         gc.freeze()
-        with open(self.out + ".tmp", "w") as f:
-            json.dump({"after_step": 1, "frozen_objects": gc.get_freeze_count()}, f)
-        os.replace(self.out + ".tmp", self.out)
+        _dump(self.out, {"after_step": 1, "frozen_objects": gc.get_freeze_count()})
 
 
 class ModuleCensus:
@@ -293,9 +298,7 @@ class ModuleCensus:
             root = best[1]
             doc |= {"root": type(root).__name__, "matched_tensors": -best[0][0]}
             doc["module_types"] = sorted({type(m).__name__ for m in root.modules()})
-        with open(self.out + ".tmp", "w") as f:
-            json.dump(doc, f)
-        os.replace(self.out + ".tmp", self.out)
+        _dump(self.out, doc)
 
 
 class PerturbUlp:
@@ -338,10 +341,8 @@ class PerturbUlp:
                     tensors += 1
                     elements += p.numel()
                     ups += int(up.sum())
-        with open(self.out + ".tmp", "w") as f:
-            doc = {"before_step": 1, "tensors": tensors, "elements": elements, "up": ups}
-            json.dump({**doc, "ulp_of": self.ulp_dtype, "direction": "random", "seed": self.SEED}, f)
-        os.replace(self.out + ".tmp", self.out)
+        doc = {"before_step": 1, "tensors": tensors, "elements": elements, "up": ups}
+        _dump(self.out, {**doc, "ulp_of": self.ulp_dtype, "direction": "random", "seed": self.SEED})
 
 
 def _sibling(name: str):
