@@ -111,7 +111,7 @@ def not_in_effect(base_ok: pd.DataFrame, ok: pd.DataFrame, arm: str, ref: str = 
         col = runs["arm_in_effect"] if "arm_in_effect" in runs else pd.Series(dtype=object)
         bad = col[col.astype(str).str.startswith("no")]
         if len(bad):
-            said.append(f"{len(bad)} of {len(runs)} {name} runs: {str(bad.iloc[0])[4:]}")
+            said.append(f"{len(bad)} of {len(runs)} {name} runs: {str(bad.iloc[0]).removeprefix('no: ')}")
     return f"{Speed.NOT_IN_EFFECT.value} ({'; '.join(said)})" if said else None
 
 

@@ -154,8 +154,8 @@ def plot_training_parity(records: list[RunRecord], sweep: dict, path: Path) -> P
         curves, deltas = axes[2 * i], axes[2 * i + 1]
         arms = canvas.arms_in_order(runs)
         base = baseline_mean(runs, "loss").dropna()
-        floor, sensed = divergence(runs, AA, "loss"), not divergence(runs, AA_EPS, "loss").empty
-        held = floor_of(runs, "loss")  # what the verdict holds the arms to (with aa_eps: the larger)
+        floor = divergence(runs, AA, "loss")
+        held, sensed = floor_of(runs, "loss")  # what the verdict holds the arms to (with aa_eps: the larger)
         steps = sorted(set(base.index) & set(floor.index) & set(held.index))
         width = window_of(len(base), p.get("window"))
         band = pd.Series(index=steps, dtype=float)

@@ -27,6 +27,7 @@ import pandas as pd
 from bench.fileio import atomic_write_text
 from bench.results.columns import CELL_COLUMNS, SUMMARY_PROVENANCE_COLUMNS, TABLES, WORKLOAD_DIGEST
 from bench.results.columns_spec import BOOL, FLOAT, INT, TEXT, Column, Table
+from bench.results.tables import join_unique
 from bench.results.verdicts import Parity, Speed, parity_kind, speed_kind
 
 SUMMARY_JSON = "summary.json"
@@ -113,8 +114,7 @@ def _versions(summary: pd.DataFrame) -> dict:
     out = {}
     for name in SUMMARY_PROVENANCE_COLUMNS:
         vals = [] if name not in summary else [v for v in summary[name] if isinstance(v, str) and v]
-        parts = dict.fromkeys(p for v in vals for p in v.split(", "))
-        out[name] = ", ".join(parts) or None
+        out[name] = join_unique(pd.Series([p for v in vals for p in v.split(", ")], dtype=object))
     return out
 
 

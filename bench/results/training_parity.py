@@ -144,16 +144,18 @@ def allowed(floor: pd.Series, base: pd.Series, metric: str, p: dict, sensed: boo
     return p["margin"] * rms(floor) + (term * float(base.abs().mean()) if metric == "grad_norm" else term)
 
 
-def floor_of(runs: dict[str, dict[int, pd.DataFrame]], metric: str) -> pd.Series:
+def floor_of(runs: dict[str, dict[int, pd.DataFrame]], metric: str) -> tuple[pd.Series, bool]:
     """The floor per step: the A/A run's divergence from the baseline, or, with an aa_eps run, the
     larger of the two (the ε-A/A run measures how far training carries one rounding step, which a
-    deterministic machine's A/A pair, exactly 0, cannot show); empty without an A/A run."""
+    deterministic machine's A/A pair, exactly 0, cannot show); empty without an A/A run. And whether
+    an aa_eps run measured it (``sensed``: the last-resort terms then stand down)."""
     plain = divergence(runs, AA, metric)
     nudged = divergence(runs, AA_EPS, metric)
-    if plain.empty or nudged.empty:
-        return plain
+    sensed = not nudged.empty
+    if plain.empty or not sensed:
+        return plain, sensed
     both = pd.concat([plain, nudged], axis=1).dropna()
-    return both.max(axis=1)
+    return both.max(axis=1), sensed
 
 
 def first_non_finite(
@@ -179,7 +181,7 @@ def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: di
     """One row of training_parity.csv (without the cell's identity). A NaN or infinite value in the
     arm's or the baseline's runs fails the comparison at its step: dropping it would judge only the
     steps before the training broke."""
-    sensed = not divergence(runs, AA_EPS, metric).empty  # the floor holds an aa_eps measurement
+    floor, sensed = floor_of(runs, metric)
     for who in (arm, BASELINE):
         broken = first_non_finite(runs, who, metric)
         if broken is not None:
@@ -188,7 +190,7 @@ def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: di
             row["rounds"] = len(set(runs.get(arm, {})) & set(runs.get(BASELINE, {})))
             whose = "the arm's" if who == arm else "the baseline's"
             return {**row, "verdict": f"not equivalent: step {broken[0]}: {whose} {metric} is {broken[1]}"}
-    d, floor, base = divergence(runs, arm, metric), floor_of(runs, metric), baseline_mean(runs, metric)
+    d, base = divergence(runs, arm, metric), baseline_mean(runs, metric)
     common = sorted(set(d.index) & set(floor.index) & set(base.index))
     row: dict[str, Any] = {"arm": arm, "metric": metric, "steps_compared": len(common), "margin": p["margin"]}
     row["tolerance"] = tolerance(metric, p, sensed)

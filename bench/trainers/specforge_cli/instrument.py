@@ -236,34 +236,41 @@ class Probe:
         os.replace(tmp, self.out)
 
 
-def _dump(out: str, doc: dict) -> None:
-    """A hook's record, written whole (a temporary file renamed over OUT)."""
-    with open(out + ".tmp", "w") as f:
-        json.dump(doc, f)
-    os.replace(out + ".tmp", out)
+class _FirstStep:
+    """An optimizer-step hook that acts at the first step only (``first``) and writes what it did
+    to OUT (JSON), whole: a temporary file renamed over it."""
+
+    def __init__(self, out: str):
+        self.out, self.done = out, False
+
+    def __call__(self, optimizer, _args, _kwargs) -> None:
+        if self.done:
+            return
+        self.done = True
+        doc = self.first(optimizer)
+        with open(self.out + ".tmp", "w") as f:
+            json.dump(doc, f)
+        os.replace(self.out + ".tmp", self.out)
+
+    def first(self, optimizer) -> dict:
+        raise NotImplementedError
 
 
-class GcFreeze:
+class GcFreeze(_FirstStep):
     """After the first optimizer step, move every live object into Python's permanent generation
     (``gc.freeze()``): a full collection then walks only what was made since, instead of the
     whole heap of torch, TorchInductor and transformers inside a measured step. It changes no
     number the step computes; OUT (JSON) says how many objects were frozen."""
 
-    def __init__(self, out: str):
-        self.out, self.done = out, False
-
-    def __call__(self, _optimizer, _args, _kwargs) -> None:
-        if self.done:
-            return
+    def first(self, _optimizer) -> dict:
         import gc
 
-        self.done = True
         gc.collect()
         gc.freeze()
-        _dump(self.out, {"after_step": 1, "frozen_objects": gc.get_freeze_count()})
+        return {"after_step": 1, "frozen_objects": gc.get_freeze_count()}
 
 
-class ModuleCensus:
+class ModuleCensus(_FirstStep):
     """After the first optimizer step, the class names of the modules of the smallest module whose
     parameters match what the optimizer trains (the draft, inside any wrapper): whether an arm's
     kernels are in the model SpecForge built (Liger's RMSNorm and SwiGLU are modules of their own:
@@ -273,18 +280,12 @@ class ModuleCensus:
     objects) falls in step 1, a warm-up step. Hooked first, before gc.freeze(): frozen objects are
     not listed by gc.get_objects(). OUT (JSON)."""
 
-    def __init__(self, out: str):
-        self.out, self.done = out, False
-
-    def __call__(self, optimizer, _args, _kwargs) -> None:
-        if self.done:
-            return
+    def first(self, optimizer) -> dict:
         import gc
         from collections import Counter
 
         import torch
 
-        self.done = True
         trained = Counter(tuple(p.shape) for group in optimizer.param_groups for p in group["params"])
         best = None  # ((-trained tensors matched, parameters in all), module)
         for obj in gc.get_objects():
@@ -298,10 +299,10 @@ class ModuleCensus:
             root = best[1]
             doc |= {"root": type(root).__name__, "matched_tensors": -best[0][0]}
             doc["module_types"] = sorted({type(m).__name__ for m in root.modules()})
-        _dump(self.out, doc)
+        return doc
 
 
-class PerturbUlp:
+class PerturbUlp(_FirstStep):
     """Before the first optimizer step's update, move every parameter the optimizer holds by one
     unit in the last place, up or down at random (a sign per element from a fixed seed, in the
     optimizer's parameter order): the aa_eps arm, whose divergence from the baseline measures how
@@ -315,14 +316,12 @@ class PerturbUlp:
     SEED = 1234
 
     def __init__(self, out: str, ulp_dtype: str = "param"):
-        self.out, self.done, self.ulp_dtype = out, False, ulp_dtype
+        super().__init__(out)
+        self.ulp_dtype = ulp_dtype
 
-    def __call__(self, optimizer, _args, _kwargs) -> None:
-        if self.done:
-            return
+    def first(self, optimizer) -> dict:
         import torch
 
-        self.done = True
         unit = None if self.ulp_dtype == "param" else getattr(torch, self.ulp_dtype)
         tensors = elements = ups = 0
         gen = None
@@ -342,7 +341,7 @@ class PerturbUlp:
                     elements += p.numel()
                     ups += int(up.sum())
         doc = {"before_step": 1, "tensors": tensors, "elements": elements, "up": ups}
-        _dump(self.out, {**doc, "ulp_of": self.ulp_dtype, "direction": "random", "seed": self.SEED})
+        return {**doc, "ulp_of": self.ulp_dtype, "direction": "random", "seed": self.SEED}
 
 
 def _sibling(name: str):
