@@ -67,6 +67,27 @@ class Arm:
         )
         return "no: " + "; ".join(said)
 
+    def keys_in_effect(self, resolved: Mapping[str, Any]) -> str:
+        """Whether the trainer made of each key this arm sets what the arm asked ("yes", or "no: "
+        and what differs), from what the run recorded it resolved (RunDoc.set_resolved: its
+        validated config's value, and the modules holding an attribute of that name): a key its
+        config does not hold, or a config or module value other than the one asked, is not in
+        effect."""
+        said = []
+        for key, asked in self.sets.items():
+            got = resolved.get(key) if isinstance(resolved.get(key), Mapping) else {}
+            if "config" not in got:
+                said.append(f"{key} is not in the trainer's resolved config")
+                continue
+            differ = [f"{key} resolved to {got['config']!r}"] if not same_value(got["config"], asked) else []
+            differ += [
+                f"{where} is {held!r}"
+                for where, held in (got.get("model") or {}).items()
+                if not same_value(held, asked)
+            ]
+            said += differ
+        return "no: " + "; ".join(said) if said else "yes"
+
     @property
     def user(self) -> bool:
         """Whether a sweep declared it (user_arms): the trainer's own keys, not a built-in intent."""
@@ -170,6 +191,20 @@ LIGER_ARMS = tuple(name for name, arm in ARMS.items() if arm.swapped_kinds)
 # A user arm's name ends each of its run directories' names (<cell_id>_<arm>_r<repeat>), where it is
 # read back as the last word: letters and digits only.
 USER_ARM_NAME = r"^[A-Za-z][A-Za-z0-9]*$"
+
+
+def same_value(held: Any, asked: Any) -> bool:
+    """Whether a value a trainer resolved is the one an arm asked for, whichever was typed how: a
+    YAML ``true`` and a command line's ``true``, ``1e-4`` and ``0.0001``, ``sdpa`` and ``sdpa``."""
+    if isinstance(held, list):  # several config objects that disagree: not one value
+        return False
+    a, b = (str(v).lower() if isinstance(v, bool) else str(v) for v in (held, asked))
+    if a == b:
+        return True
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
 
 
 def user_arm(name: str, doc: str, sets: Mapping[str, Any]) -> Arm:

@@ -178,6 +178,9 @@ class RunDoc(_Record):
     peak_tflops: float | None = None
     param_checksum: str | None = None
     draft_module_types: list[str] | None = None
+    # each key a user arm set (and the Liger switch) -> what the trainer made of it: {"config": its
+    # validated config's value, "model": {"Class.attribute": value}} (read from inside its process)
+    set_resolved: dict[str, Any] | None = None
     startup_s: float | None = None
     startup: dict[str, Any] | None = None
     provenance: dict[str, Any] | None = None

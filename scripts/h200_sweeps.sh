@@ -45,6 +45,10 @@
 #             step 1 and a fixed 5 pairs (is the Liger runs' one-step pause a full collection?)
 #   sfprecise configs/h200-specforge-verdict-precise.yaml: lockstep, the heap frozen, the precision
 #             rule asked for ±0.5 points (pilot 5, cap 10; about 9 minutes with cold caches)
+#   sfuserarm configs/h200-specforge-userarm.yaml: a user arm on the real CLI (FlexAttention vs SDPA,
+#             SpecForge's own key), lockstep, 3 pairs
+#   sfabarm   `python -m bench ab --trainer specforge-cli -c <the prepared 4B run.yaml> --arm
+#             torchsdpa:training.attention_backend=sdpa`: the same from the command line
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
@@ -77,7 +81,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -160,6 +164,12 @@ for spec in $stages; do
         run_stage h200-specforge-verdict-lockstep-gcfreeze python3 -m bench sweep configs/h200-specforge-verdict-lockstep-gcfreeze.yaml --out $W/h200-specforge-verdict-lockstep-gcfreeze --resume ;;
     sfprecise) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-verdict-precise python3 -m bench sweep configs/h200-specforge-verdict-precise.yaml --out $W/h200-specforge-verdict-precise --resume ;;
+    sfuserarm) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-userarm python3 -m bench sweep configs/h200-specforge-userarm.yaml --out $W/h200-specforge-userarm --resume ;;
+    sfabarm) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-ab-userarm python3 -m bench ab --trainer specforge-cli \
+        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --steps 10 --pairs 2 \
+        --arm torchsdpa:training.attention_backend=sdpa \
+        training.num_anchors=512 training.accumulation_steps=4 --out $W/h200-specforge-ab-userarm --resume ;;
     sfpause) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-pause python3 -m bench sweep configs/h200-specforge-pause.yaml --out $W/h200-specforge-pause --resume ;;
     sfparity200) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \

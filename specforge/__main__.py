@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             check_train_output(out, args.force)
         from .train import run
 
-        return run(cfg, profile, out, started=CLI_START, force=args.force)
+        keys = [o.split("=", 1)[0].strip() for o in overrides]
+        return run(cfg, profile, out, started=CLI_START, force=args.force, set_keys=keys)
     except ConfigError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

@@ -485,3 +485,15 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> tuple[T
     cfg = _build(TrainConfig, raw, "")
     validate(cfg)
     return cfg, load_profile(cfg.profile)
+
+
+def resolved_values(cfg: TrainConfig, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Each dotted key -> ``{"config": value}``: what the validated config holds for it (run.json's
+    ``set_resolved``: whether the keys an arm set took effect)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys(keys):
+        value: Any = cfg.to_dict()
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        out[key] = {"config": value}
+    return out

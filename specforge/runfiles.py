@@ -253,3 +253,15 @@ class RunFiles:
             with contextlib.suppress(OSError):
                 os.replace(aside, src)
         self._replaced = []
+
+
+def oom_reason(e: BaseException) -> str:
+    """``CUDA out of memory. Tried to allocate 2.00 GiB`` (the allocator's first sentence), else one line."""
+    m = re.search(r"(?:CUDA|HIP) out of memory\. Tried to allocate [\d.]+ [KMGTP]?i?B", str(e))
+    return m.group(0) if m else one_line(e)
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as run.json's reason: its type and message on one line, at most 500 characters."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}"[:500]

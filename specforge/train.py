@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import sys
 import time
 import traceback
@@ -28,10 +27,10 @@ import torch.distributed as dist
 from . import data as data_mod
 from . import flops, objective, profiling, provenance
 from . import target as target_mod
-from .config import ConfigError, Profile, TrainConfig
+from .config import ConfigError, Profile, TrainConfig, resolved_values
 from .draft import DFlashDraft
 from .liger import fused_linear_ce_fn, liger_patch, liger_version
-from .runfiles import RunFiles, write_json_atomic
+from .runfiles import RunFiles, one_line, oom_reason, write_json_atomic
 
 GIB = 2**30
 EXIT_OOM = 3
@@ -276,12 +275,6 @@ def _compile_times() -> dict[str, float]:
         return {}
 
 
-def _oom_reason(e: BaseException) -> str:
-    """``CUDA out of memory. Tried to allocate 2.00 GiB`` (the allocator's first sentence), else one line."""
-    m = re.search(r"(?:CUDA|HIP) out of memory\. Tried to allocate [\d.]+ [KMGTP]?i?B", str(e))
-    return m.group(0) if m else _one_line(e)
-
-
 class _FirstStep:
     """Phases of the first step, each up to a device sync: the data, the first micro-batch's
     forward and backward (with any compiling), the other micro-batches, the optimizer."""
@@ -298,15 +291,16 @@ class _FirstStep:
         self.last = now
 
 
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text}"[:500]
-
-
 def run(
-    cfg: TrainConfig, profile: Profile, out_dir: Path, started: float | None = None, force: bool = False
+    cfg: TrainConfig,
+    profile: Profile,
+    out_dir: Path,
+    started: float | None = None,
+    force: bool = False,
+    set_keys: list[str] | None = None,
 ) -> int:
     """Train, writing the run contract's files into out_dir. Returns the process exit code.
+    (``set_keys``: the command line's keys, whose resolved values run.json's set_resolved holds.)
 
     Everything that can refuse the run (ConfigError: exit 2, nothing written) is checked
     before the first write: the machine, the data or cache, a batch the data can fill. Only
@@ -354,6 +348,7 @@ def run(
             "peak_tflops": peak,
             "provenance": prov,
             "startup": phases,
+            "set_resolved": resolved_values(cfg, set_keys or []),
         }
     )
     try:
@@ -362,14 +357,14 @@ def run(
         files.discard()  # exit 2 promises nothing written: take back exactly what this run wrote
         raise
     except torch.OutOfMemoryError as e:
-        files.finish("oom", _oom_reason(e))  # the allocator's first sentence; the whole message below
-        print(f"out of memory: {_one_line(e)}", file=sys.stderr, flush=True)
+        files.finish("oom", oom_reason(e))  # the allocator's first sentence; the whole message below
+        print(f"out of memory: {one_line(e)}", file=sys.stderr, flush=True)
         return EXIT_OOM
     except KeyboardInterrupt:
         files.finish("error", "interrupted")
         return 130
     except Exception as e:
-        files.finish("error", _one_line(e))
+        files.finish("error", one_line(e))
         traceback.print_exc()
         return 1
     finally:

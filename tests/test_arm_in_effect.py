@@ -5,14 +5,17 @@ model lacked its arm's kernels (never a Δ)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import torch
 
-from bench.arms import ARMS
+from bench.arms import ARMS, user_arm
+from bench.record import CellDoc, RunDoc
 from bench.results.deltas import delta_columns, not_in_effect
+from bench.results.records import RunRecord, arm_in_effect
 from bench.results.verdicts import Speed, speed_kind
-from bench.trainers.specforge_cli.instrument import ModuleCensus
+from bench.trainers.specforge_cli.instrument import ModuleCensus, _argv_keys, resolved_keys
 
 STOCK = ["DFlashDraft", "Linear", "Qwen3MLP", "Qwen3RMSNorm"]
 LIGER = ["DFlashDraft", "LigerRMSNorm", "LigerSwiGLUMLP", "Linear"]
@@ -69,3 +72,89 @@ def test_a_cell_whose_liger_run_lacked_the_kernels_gets_no_delta():
     unknown = base.assign(arm_in_effect=[None, None])  # runs that recorded no module classes: no claim
     assert not_in_effect(unknown, unknown, "liger") is None
     assert not_in_effect(base, base.drop(columns="arm_in_effect"), "liger") is None  # a table without it
+
+
+def _specforge_config_class():
+    """A stand-in of SpecForge's validated run config (specforge.config.schema.Config): a class
+    of that name and module, holding sections as attributes, as pydantic's models do."""
+    section = type("Section", (), {})
+    config = type("Config", (), {"__module__": "specforge.config.schema"})
+    return section, config
+
+
+def test_the_census_reads_what_specforge_made_of_each_key_from_its_config_and_its_modules():
+    section, config = _specforge_config_class()
+    cfg = config()
+    cfg.training, cfg.model = section(), section()
+    cfg.training.attention_backend, cfg.model.use_liger_kernel = "flex_attention", True
+
+    class DFlashModel(torch.nn.Module):  # SpecForge's DFlash model keeps the backend it resolved
+        def __init__(self):
+            super().__init__()
+            self.attention_backend = "flex_attention"
+
+    model = DFlashModel()
+    argv = [
+        "train",
+        "-c",
+        "run.yaml",
+        "training.attention_backend=sdpa",
+        "model.use_liger_kernel=true",
+        "x.y=1",
+    ]
+    got = resolved_keys(_argv_keys(argv), [cfg, model, object()], torch.nn.Module)
+    assert got == {
+        "training.attention_backend": {
+            "config": "flex_attention",
+            "model": {"DFlashModel.attention_backend": "flex_attention"},
+        },
+        "model.use_liger_kernel": {"config": True},
+        "x.y": {},  # no config object holds it
+    }
+
+
+def test_a_user_arm_is_in_effect_only_when_the_trainer_resolved_each_key_to_the_value_asked():
+    sdpa = user_arm("sdpa", "", {"training.attention_backend": "sdpa", "training.learning_rate": 1e-4})
+    held = {"config": "sdpa", "model": {"DFlashModel.attention_backend": "sdpa"}}
+    lr = {"config": 0.0001}
+    assert sdpa.keys_in_effect({"training.attention_backend": held, "training.learning_rate": lr}) == "yes"
+    assert (
+        sdpa.keys_in_effect(
+            {"training.attention_backend": held | {"config": "flex_attention"}, "training.learning_rate": lr}
+        )
+        == "no: training.attention_backend resolved to 'flex_attention'"
+    )
+    assert (
+        sdpa.keys_in_effect(
+            {
+                "training.attention_backend": held | {"model": {"M.attention_backend": "eager"}},
+                "training.learning_rate": lr,
+            }
+        )
+        == "no: M.attention_backend is 'eager'"
+    )
+    assert sdpa.keys_in_effect({"training.attention_backend": held}) == (
+        "no: training.learning_rate is not in the trainer's resolved config"
+    )
+    assert (
+        user_arm("on", "", {"model.flag": True}).keys_in_effect({"model.flag": {"config": "true"}}) == "yes"
+    )
+
+
+def test_runs_csv_says_a_user_arm_whose_key_did_not_take_is_not_in_effect():
+    cell = CellDoc.of(arm="mine", arm_set={"training.attention_backend": "sdpa"})
+    took = {"training.attention_backend": {"config": "sdpa"}}
+    ignored = {"training.attention_backend": {"config": "flex_attention"}}
+
+    def verdict(resolved, types=STOCK):
+        run = RunDoc.of(status="ok", draft_module_types=types, set_resolved=resolved)
+        return arm_in_effect(RunRecord(Path("r"), cell, run, pd.DataFrame(), None))
+
+    assert verdict(took) == "yes"
+    assert verdict(ignored) == "no: training.attention_backend resolved to 'flex_attention'"
+    assert verdict(ignored, LIGER) == (
+        "no: LigerRMSNorm, LigerSwiGLUMLP in the model, not asked for; "
+        "training.attention_backend resolved to 'flex_attention'"
+    )
+    assert verdict(None) == "yes"  # no record of the keys: the module classes alone
+    assert verdict(None, None) is None  # no record at all: no claim

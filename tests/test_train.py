@@ -177,14 +177,14 @@ def test_jsonl_token_records(tmp_path):
 
 
 def test_oom_reason_in_run_json_is_the_allocators_first_sentence():
-    from specforge.train import _oom_reason
+    from specforge.runfiles import oom_reason
 
     e = RuntimeError(
         "CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
         "5.27 GiB is free. Process 1 has 134.53 GiB memory in use. See PYTORCH_CUDA_ALLOC_CONF"
     )
-    assert _oom_reason(e) == "CUDA out of memory. Tried to allocate 9.27 GiB"
+    assert oom_reason(e) == "CUDA out of memory. Tried to allocate 9.27 GiB"
     assert (
-        _oom_reason(RuntimeError("out of memory somewhere\nmore"))
+        oom_reason(RuntimeError("out of memory somewhere\nmore"))
         == "RuntimeError: out of memory somewhere more"
     )

@@ -192,5 +192,14 @@ def test_a_user_arm_ab_of_the_real_cli_runs_both_arms_and_records_the_arms_keys(
         eager = cell["arm"] == "eager"
         assert cell.get("arm_set") == ({"training.attention_backend": "eager"} if eager else None)
         assert ("training.attention_backend=eager" in cell["command"]) == eager
+        # what SpecForge made of the arm's key, read inside its process: its validated config and
+        # the DFlash model's own attribute (the visible effect); the Liger switch likewise
+        resolved = json.loads((rdir / "run.json").read_text())["set_resolved"]
+        backend = resolved.get("training.attention_backend")
+        assert backend == (
+            {"config": "eager", "model": {"OnlineDFlashModel.attention_backend": "eager"}} if eager else None
+        )
+        assert resolved["model.use_liger_kernel"] == {"config": False}
+    assert {r["arm_in_effect"] for r in runs} == {"yes"}
     config = json.loads((out / "sweep.json").read_text())["config"]
     assert config["user_arms"]["eager"]["set"] == {"training.attention_backend": "eager"}

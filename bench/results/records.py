@@ -461,15 +461,25 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
 
 
 def arm_in_effect(rec: RunRecord) -> str | None:
-    """Whether the run's own record shows its arm's Liger kernels in the model it trained, and no
-    others (bench.arms.Arm.in_effect); None when the run recorded no module classes (a SpecForge
-    run before the census, a multi-GPU SpecForge run) or its arm is unknown (a sweep's own arm is the baseline with its keys: no Liger)."""
-    types = (rec.run or RunDoc()).draft_module_types
+    """Whether the run's own record shows its arm in effect: its Liger kernels in the model it
+    trained and no others (bench.arms.Arm.in_effect), and for a sweep's own arm (the baseline
+    with its keys) each key resolved by the trainer to the value asked (Arm.keys_in_effect). None
+    when the run recorded neither (a SpecForge run before the census, a multi-GPU SpecForge run)
+    or its arm is unknown."""
+    run = rec.run or RunDoc()
     arm = ARMS.get(str(rec.arm))
     sets = rec.cell.arm_set if rec.cell else None
     if arm is None and isinstance(sets, dict):  # a sweep's own arm: the baseline with its keys
         arm = user_arm(str(rec.arm), "", sets)
-    return arm.in_effect(types) if arm is not None and isinstance(types, list) else None
+    if arm is None:
+        return None
+    said = [arm.in_effect(run.draft_module_types)] if isinstance(run.draft_module_types, list) else []
+    if arm.user and isinstance(run.set_resolved, dict):
+        said.append(arm.keys_in_effect(run.set_resolved))
+    if not said:
+        return None
+    failed = [s.removeprefix("no: ") for s in said if s != "yes"]
+    return "no: " + "; ".join(failed) if failed else "yes"
 
 
 def _foreign(vram: dict | None) -> str | None:

@@ -17,10 +17,11 @@ from bench.arms import ARMS, LIGER_DEFAULT, Arm
 from bench.config import pick
 
 NAME = "specforge-cli"
+LIGER_KEY = "model.use_liger_kernel"  # SpecForge's one Liger switch
 
 # The SpecForge keys the driver sets on every run of a specforge-cli cell (a cell's `set:` may not).
 CLI_DRIVER_KEYS = {
-    "model.use_liger_kernel": "use arms",
+    LIGER_KEY: "use arms",
     "training.batch_size": "use the cell's batch_size",
     "data.max_length": "use the cell's seq_len",
     "training.max_steps": "use steps",

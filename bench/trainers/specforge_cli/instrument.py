@@ -278,7 +278,8 @@ class ModuleCensus(_FirstStep):
     SpecForge's optimizer holds float32 master copies of the draft's parameters, not the
     parameters. It reads, never changes, the model; its cost (one pass over the collector's
     objects) falls in step 1, a warm-up step. Hooked first, before gc.freeze(): frozen objects are
-    not listed by gc.get_objects(). OUT (JSON)."""
+    not listed by gc.get_objects(). With it, ``resolved``: what SpecForge made of each key set on
+    its command line (resolved_keys): whether a user arm's keys took effect. OUT (JSON)."""
 
     def first(self, optimizer) -> dict:
         import gc
@@ -299,7 +300,54 @@ class ModuleCensus(_FirstStep):
             root = best[1]
             doc |= {"root": type(root).__name__, "matched_tensors": -best[0][0]}
             doc["module_types"] = sorted({type(m).__name__ for m in root.modules()})
+        doc["resolved"] = resolved_keys(_argv_keys(sys.argv[1:]), gc.get_objects(), torch.nn.Module)
         return doc
+
+
+def _argv_keys(args: list[str]) -> list[str]:
+    """The dotted keys set on SpecForge's command line (``key=value`` after ``train -c CONFIG``)."""
+    return [a.split("=", 1)[0] for a in args if "=" in a and not a.startswith("-")]
+
+
+def _plain(value):
+    """A JSON value for what a config or module holds: an enum's value, else scalars as they are,
+    anything else as its text."""
+    value = getattr(value, "value", value)
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def resolved_keys(keys: list[str], objects: list, module_type: type) -> dict:
+    """What SpecForge made of each key set on its command line, read from its process: the value
+    in its validated run config (``config``: every ``specforge.config`` object named Config that
+    holds the key, their distinct values) and, as a visible effect, every module of the process
+    with an attribute named as the key's last part (``model``: ``Class.attribute`` -> value; e.g.
+    the DFlash model's ``attention_backend``). A key no config object holds has no ``config``."""
+    configs = [
+        o
+        for o in objects
+        if type(o).__name__ == "Config" and type(o).__module__.startswith("specforge.config")
+    ]
+    modules = [o for o in objects if issubclass(type(o), module_type)]  # type(): no lazy __class__
+    out: dict = {}
+    for key in keys:
+        seen, missing = [], object()
+        for cfg in configs:
+            value = cfg
+            for part in key.split("."):
+                value = value.get(part, missing) if isinstance(value, dict) else getattr(value, part, missing)
+                if value is missing:
+                    break
+            if value is not missing and _plain(value) not in seen:
+                seen.append(_plain(value))
+        attr, model = key.rsplit(".", 1)[-1], {}
+        for m in modules:
+            held = vars(m).get(attr, missing)
+            if held is not missing and (held is None or isinstance(held, (bool, int, float, str))):
+                model[f"{type(m).__name__}.{attr}"] = held
+        out[key] = ({"config": seen[0] if len(seen) == 1 else seen} if seen else {}) | (
+            {"model": model} if model else {}
+        )
+    return out
 
 
 class PerturbUlp(_FirstStep):

@@ -37,7 +37,7 @@ from bench.procs.launcher import now
 from bench.record import RunDoc, read_metrics, write_run
 from bench.trainers.isolation import isolated_env, which_specforge
 from bench.trainers.specforge_cli.data import check_data
-from bench.trainers.specforge_cli.facts import NAME
+from bench.trainers.specforge_cli.facts import LIGER_KEY, NAME
 from bench.trainers.specforge_cli.wrapper import MODULES, OUTPUT
 
 SPECFORGE_DEFAULT_LR = 1e-4  # specforge 0.2.0: config/schema.py, training.learning_rate
@@ -143,7 +143,7 @@ class SpecForgeCliPlug:
             sets.setdefault("training.attention_backend", "sdpa")  # flex attention has no CPU backward
         sets.update(
             {
-                "model.use_liger_kernel": arm.liger,
+                LIGER_KEY: arm.liger,
                 "training.batch_size": cell.batch_size,
                 "data.max_length": cell.seq_len,
                 "training.max_steps": cell.steps,
@@ -291,6 +291,9 @@ class SpecForgeCliPlug:
         warm = exit_doc.get("start") == "warm-server" and not exit_doc.get("started_here")
         census = read_json(rdir / MODULES)  # the trained model's module classes (instrument.py)
         module_types = census.get("module_types") if isinstance(census, dict) else None
+        resolved = census.get("resolved") if isinstance(census, dict) else None
+        if isinstance(resolved, dict):  # the arm's own keys and the Liger switch: what SpecForge made of them
+            resolved = {k: v for k, v in resolved.items() if k in run.spec.sets or k == LIGER_KEY}
         startup = None
         if rows and isinstance(rows[0].elapsed_s, float) and isinstance(rows[0].step_time_s, float):
             startup = round(rows[0].elapsed_s - rows[0].step_time_s, 3)
@@ -306,6 +309,7 @@ class SpecForgeCliPlug:
             config={"train_config": run.cell.train_config, "set": run.cell.overrides},
             liger={"enabled": run.spec.liger, "version": facts.get("liger_kernel")},
             draft_module_types=module_types if isinstance(module_types, list) else None,
+            set_resolved=resolved if isinstance(resolved, dict) else None,
             startup_s=startup,
             startup={"imports_preloaded": warm},
             exit_s=exit_doc.get("exit_after_last_step_s"),
