@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.config import SweepError, plan
+from bench.config import SweepError, plan, plan_rounds
 from bench.fileio import read_json, read_jsonl
 from bench.results import stats
-from bench.run import execute, sweepdir
+from bench.run import console, execute, sweepdir
 from bench.run.sweep import run_sweep
 from bench.trainers import load_config, plug_for
+from tests.test_aggregate import write_run
 from tests.test_driver import REPO, fakes, statuses, sweep_file, train_configs  # noqa: F401
 
 PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 5}
@@ -70,6 +71,43 @@ def test_adaptive_sweep_stops_where_steins_rule_says(tmp_path, fakes):  # noqa: 
     sweep = read_json(out / "sweep.json")
     assert sweep["precision"][cell]["decision"]["pairs"] == expected.pairs
     assert len(sweep["order"]) == 2 * expected.pairs and sweep["precision_targets"][cell] == PRECISION
+
+
+def test_running_delta_past_the_pilot_is_the_reports_stein_interval(tmp_path):
+    """The console's running Δ after a pair states the interval the report will: past the pilot of
+    a precision-target cell, Stein's (the pilot's sd and df), not the plain t on every pair so far,
+    which here reads as the ±0.5 target met (±0.45) while the report says ±1.52, cap hit."""
+    target = {"ci_halfwidth_pct": 0.5, "min_pairs": 3, "max_pairs": 8}
+    cfg = load_config(adaptive_sweep(tmp_path, arms=["baseline", "liger"], precision=target))
+    cell = cfg.cells[0].cell_id
+    pct = [12.0, 14.0, 13.0, 13.0, 13.1, 12.9, 13.0, 13.05]  # per pair, liger vs baseline: a noisy pilot
+    runs, out = plan_rounds(cfg, {cell: len(pct)}), tmp_path / "out"
+
+    def pair(k: int) -> None:  # 2 samples per step, steps 2-3 measured: liger's take 1/(1 + pct) s
+        for arm in ("baseline", "liger"):
+            step = 1 / (1 + pct[k - 1] / 100) if arm == "liger" else 1.0
+            write_run(out, arm, k, [1.0, step, step], cell_id=cell, warmup=1)
+
+    for k in (1, 2):
+        pair(k)
+    (mid,) = console.running_deltas(out, plan(cfg), runs[3])  # the pilot's 2nd pair
+    naive2 = stats.paired_log_delta([math.log1p(p / 100) for p in pct[:2]])
+    assert f"(±{naive2.halfwidth:.2f} points, pilot 2/3; target ±0.5) after 2 pair(s)" in mid, mid
+    for k in range(3, len(pct) + 1):
+        pair(k)
+    (line,) = console.running_deltas(out, runs, runs[-1])
+    logs = [math.log1p(p / 100) for p in pct]
+    decision = stats.stein_pairs(logs[:3], 0.5, 3, 8)
+    stein, naive = (
+        stats.paired_log_delta(logs, decision.pilot_sd, decision.pilot_df),
+        stats.paired_log_delta(logs),
+    )
+    assert naive.halfwidth < 0.5 < stein.halfwidth and decision.capped
+    assert line == (
+        f"running Δ samples/s, liger vs baseline, {cell}: {stein.pct:+.1f}% [{stein.lo:+.1f}, {stein.hi:+.1f}] "
+        f"(±{stein.halfwidth:.2f} points, Stein: pilot sd over 3 pairs; target ±0.5, 8 pairs planned, "
+        f"cap hit: {decision.wanted} wanted) after 8 pair(s)"
+    )
 
 
 @pytest.mark.slow

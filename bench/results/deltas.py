@@ -53,6 +53,18 @@ def _pilot_decision(lr: pd.Series, target: dict) -> stats.SteinDecision:
     )
 
 
+def speed_delta(lr: pd.Series, target: dict | None) -> tuple[stats.Delta, stats.SteinDecision | None]:
+    """Δ samples/s from one arm's per-pair log-ratios (``lr``, indexed by repeat): the paired
+    t-interval, or, for a cell with a precision ``target``, Stein's interval with the spread and
+    degrees of freedom of the arm's pilot (its repeats up to min_pairs; the pilot's own t-interval
+    while it is all there is); with the pilot's decision (None without a target). The report's
+    estimator, and the sweep console's running Δ (bench/run/console.py)."""
+    decision = _pilot_decision(lr, target) if target else None
+    if decision is not None and decision.pilot_sd is not None:
+        return stats.paired_log_delta(list(lr), decision.pilot_sd, decision.pilot_df), decision
+    return stats.paired_log_delta(list(lr)), decision
+
+
 def stein_decisions(runs_df: pd.DataFrame, targets: dict[str, dict]) -> dict[str, stats.SteinDecision]:
     """Per cell with a precision target: how many pairs Stein's rule asks for after the pilot.
 
@@ -140,11 +152,7 @@ def delta_columns(
     lr = log_ratios(base_ok, ok)
     row: dict[str, Any] = {}
     if len(lr):
-        decision = _pilot_decision(lr, target) if target else None
-        if decision is not None and decision.pilot_sd is not None:
-            sps = stats.paired_log_delta(list(lr), decision.pilot_sd, decision.pilot_df)
-        else:
-            sps = stats.paired_log_delta(list(lr))
+        sps, decision = speed_delta(lr, target)
         if decision is not None:
             row.update(
                 precision_target_pct=target["ci_halfwidth_pct"],

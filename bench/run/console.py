@@ -9,11 +9,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.config import Run
+from bench.config import Precision, Run
 from bench.record import has_run, read_metrics, read_run
 from bench.run.sweepdir import run_dir
+
+if TYPE_CHECKING:  # scipy and pandas: imported when a pair finishes, not at start
+    from bench.results.stats import Delta, SteinDecision
 
 TICK_S = 1.0
 
@@ -94,42 +97,72 @@ FAILED = ("error", "timeout", "oom")
 
 def running_deltas(out_dir: Path, runs: list[Run], finished: Run) -> list[str]:
     """After a run that completes its pair (every arm of its cell and repeat has run): each arm's Δ
-    samples/s vs the baseline over the cell's pairs so far, with its 95% CI (paired t on log-ratios,
-    the report's estimator before any Stein decision), one line per arm."""
+    samples/s vs the baseline over the cell's pairs so far, with the 95% CI the report would state
+    now (bench.results.deltas.speed_delta), one line per arm. Without a precision target: the paired
+    t on the log-ratios. With the cell's precision target: during the pilot, the pilot's own
+    t-interval (``pilot k/n0``); once every pilot run has finished, Stein's interval from the pilot's
+    spread and degrees of freedom, with the target and the pairs the rule plans for the cell (the
+    plain interval on all pairs so far can read as the target met when the report says missed)."""
     from bench.arms import BASELINE
-    from bench.results import stats
-    from bench.results.records import load_run, run_row
+    from bench.results import deltas
+    from bench.results.records import load_run
+    from bench.results.tables import runs_table
 
     cell = finished.cell.cell_id
     mine = [r for r in runs if r.cell.cell_id == cell]
     pair = [r for r in mine if r.repeat == finished.repeat]
     if not all(has_run(run_dir(out_dir, r)) for r in pair):
         return []
-    rate: dict[tuple[str, int], float] = {}
-    for r in mine:
-        if has_run(run_dir(out_dir, r)):
-            row = run_row(load_run(run_dir(out_dir, r)))
-            if row.get("status") == "ok" and _finite(row.get("samples_per_s")) and row["samples_per_s"] > 0:
-                rate[(r.arm, r.repeat)] = row["samples_per_s"]
+    table = runs_table([load_run(run_dir(out_dir, r)) for r in mine if has_run(run_dir(out_dir, r))])
+    ok = table[table["status"] == "ok"]
+    precision = finished.cell.precision
+    target = vars(precision) if precision is not None else None
+    pilot_done = precision is not None and all(
+        has_run(run_dir(out_dir, r)) for r in mine if r.repeat <= precision.min_pairs
+    )
+    # the cell's pairs, as the sweep's second stage decides them (its most demanding arm)
+    cell_decision = deltas.stein_decisions(table, {cell: target})[cell] if pilot_done else None
     lines = []
     for arm in dict.fromkeys(r.arm for r in mine if r.arm != BASELINE):
-        logs = [
-            math.log(rate[(arm, k)] / rate[(BASELINE, k)])
-            for k in sorted({r.repeat for r in mine})
-            if (arm, k) in rate and (BASELINE, k) in rate
-        ]
-        if not logs:
+        lr = deltas.log_ratios(ok[ok["arm"] == BASELINE], ok[ok["arm"] == arm])
+        if not len(lr):
             continue
-        d = stats.paired_log_delta(logs)
-        ci = (
-            f" [{d.lo:+.1f}, {d.hi:+.1f}] (±{(d.hi - d.lo) / 2:.1f} points)"
-            if _finite(d.lo)
-            else " (a CI needs 2 pairs)"
-        )
+        d, decision = deltas.speed_delta(lr, target)
+        if precision is None:
+            ci = (
+                f" [{d.lo:+.1f}, {d.hi:+.1f}] (±{d.halfwidth:.1f} points)"
+                if _finite(d.lo)
+                else " (a CI needs 2 pairs)"
+            )
+        else:
+            note = _precision_note(d, precision, decision, cell_decision)
+            ci = (
+                f" [{d.lo:+.1f}, {d.hi:+.1f}] (±{d.halfwidth:.2f} points, {note})"
+                if _finite(d.lo)
+                else f" (a CI needs 2 pairs; {note})"
+            )
         lines.append(
             f"running Δ samples/s, {arm} vs {BASELINE}, {cell}: {d.pct:+.1f}%{ci} after {d.n} pair(s)"
         )
     return lines
+
+
+def _precision_note(
+    d: Delta, precision: Precision, decision: SteinDecision | None, cell_decision: SteinDecision | None
+) -> str:
+    """Which interval a precision-target cell's running Δ is: the pilot's t (``cell_decision`` None:
+    the pilot is not finished), else Stein's from the arm's pilot ``decision``, with the target, the
+    pairs planned for the cell and, where the arm's pilot asked for more than the cap, how many."""
+    target = f"target ±{precision.ci_halfwidth_pct:g}"
+    if cell_decision is None:
+        return f"pilot {d.n}/{precision.min_pairs}; {target}"
+    how = (
+        f"Stein: pilot sd over {decision.pilot_df + 1} pairs"
+        if decision.pilot_sd is not None
+        else f"paired t, no Stein: {decision.reason}"
+    )
+    cap = f", cap hit: {decision.wanted} wanted" if decision.capped else ""
+    return f"{how}; {target}, {cell_decision.pairs} pairs planned{cap}"
 
 
 def print_outcome(out_dir: Path, runs: list[Run]) -> int:
