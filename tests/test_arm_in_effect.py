@@ -1,21 +1,28 @@
-"""Whether an arm took effect, from the run's own record of the module classes it trained: the
-rule per arm, the census inside a trainer's process, and the verdict a cell gets when a run's
-model lacked its arm's kernels (never a Δ)."""
+"""Whether an arm took effect, from the run's own record of the module classes it trained and of
+what the trainer made of a user arm's keys: the rule per arm, the census inside a trainer's
+process, and the verdict a cell gets when a run's model lacked its arm's kernels (never a Δ), down
+to a Liger run of the real SpecForge CLI whose kernels did not land."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 
+from bench.__main__ import main
 from bench.arms import ARMS, user_arm
 from bench.record import CellDoc, RunDoc
 from bench.results.deltas import delta_columns, not_in_effect
 from bench.results.records import RunRecord, arm_in_effect
 from bench.results.verdicts import Speed, speed_kind
+from bench.run import preflight
 from bench.trainers.specforge_cli.instrument import ModuleCensus, _argv_keys, resolved_keys
+from tests.test_specforge_cli_speed import user_config
+from tests.upstream_env import upstream_python
 
 STOCK = ["DFlashDraft", "Linear", "Qwen3MLP", "Qwen3RMSNorm"]
 LIGER = ["DFlashDraft", "LigerRMSNorm", "LigerSwiGLUMLP", "Linear"]
@@ -158,3 +165,57 @@ def test_runs_csv_says_a_user_arm_whose_key_did_not_take_is_not_in_effect():
     )
     assert verdict(None) == "yes"  # no record of the keys: the module classes alone
     assert verdict(None, None) is None  # no record at all: no claim
+
+
+# ------------------------------------------------------------ the real SpecForge CLI, end to end
+
+SHIM = '''"""A liger-kernel whose modules are transformers' own: SpecForge's Liger switch is honoured, its
+draft is built from these, and no Liger kernel reaches it."""
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP as LigerSwiGLUMLP
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm as LigerRMSNorm
+'''
+
+
+@pytest.mark.slow
+def test_a_liger_run_of_the_real_cli_whose_kernels_did_not_land_gets_no_delta(tmp_path, monkeypatch, capsys):
+    """The real SpecForge 0.2.0 in an environment whose liger_kernel hands it transformers' own
+    modules: model.use_liger_kernel=true reaches SpecForge's config, the draft it trains holds no
+    Liger module, and the verdict is "arm not in effect", never a Δ. (Liger's kernels need a GPU,
+    so the driver is told this machine can run them: the kernels here are stock modules.)"""
+    shim = tmp_path / "shim" / "liger_kernel"
+    (shim / "transformers").mkdir(parents=True)
+    (shim / "__init__.py").write_text("")
+    (shim / "transformers" / "__init__.py").write_text(SHIM)
+    python = tmp_path / "python"  # the user's environment: upstream SpecForge with that liger_kernel
+    python.write_text(
+        f'#!/bin/sh\nPYTHONPATH={shim.parent}${{PYTHONPATH:+:$PYTHONPATH}} exec {upstream_python()} "$@"\n'
+    )
+    python.chmod(0o755)
+    monkeypatch.setattr(preflight, "liger_skip_reason", lambda: None)
+    out = tmp_path / "out"
+    argv = ["ab", "--trainer", "specforge-cli", "-c", str(user_config(tmp_path)), "--python", str(python)]
+    argv += [
+        "--out",
+        str(out),
+        "--seq-len",
+        "128",
+        "--arms",
+        "baseline,liger",
+        "--pairs",
+        "1",
+        "--steps",
+        "3",
+    ]
+    main(argv)
+    runs = {r["arm"]: r for r in csv.DictReader((out / "runs.csv").open())}
+    assert runs["liger"]["status"] == runs["baseline"]["status"] == "ok"
+    assert runs["liger"]["arm_in_effect"] == "no: no LigerRMSNorm, LigerSwiGLUMLP in the model"
+    assert runs["baseline"]["arm_in_effect"] == "yes"
+    liger = next((out / "runs").glob("*_liger_r1"))
+    run = json.loads((liger / "run.json").read_text())
+    assert run["set_resolved"]["model.use_liger_kernel"] == {"config": True}  # the switch did reach SpecForge
+    assert "Qwen3RMSNorm" in run["draft_module_types"]
+    row = {r["arm"]: r for r in csv.DictReader((out / "summary.csv").open())}["liger"]
+    assert row["verdict_speed"].startswith("arm not in effect (1 of 1 liger runs: no LigerRMSNorm")
+    assert row["delta_samples_per_s_pct"] == ""
+    assert "arm not in effect" in capsys.readouterr().out
