@@ -167,7 +167,7 @@ for spec in $stages; do
     sfuserarm) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-userarm python3 -m bench sweep configs/h200-specforge-userarm.yaml --out $W/h200-specforge-userarm --resume ;;
     sfabarm) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-ab-userarm python3 -m bench ab --trainer specforge-cli \
-        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --steps 10 --pairs 2 \
+        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --steps 8 --pairs 2 \
         --arm torchsdpa:training.attention_backend=sdpa \
         training.num_anchors=512 training.accumulation_steps=4 --out $W/h200-specforge-ab-userarm --resume ;;
     sfpause) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \

@@ -203,3 +203,26 @@ def test_a_user_arm_ab_of_the_real_cli_runs_both_arms_and_records_the_arms_keys(
     assert {r["arm_in_effect"] for r in runs} == {"yes"}
     config = json.loads((out / "sweep.json").read_text())["config"]
     assert config["user_arms"]["eager"]["set"] == {"training.attention_backend": "eager"}
+
+
+@pytest.mark.slow
+def test_a_user_arm_sweep_of_our_trainer_runs_end_to_end_and_proves_its_key(tmp_path):
+    """A sweep YAML's own arm, run: our trainer on the CPU, baseline vs SDPA attention, one pair;
+    each run's set_resolved holds what its validated config made of the keys, so runs.csv says the
+    arm was in effect and the summary compares the two."""
+    out = tmp_path / "out"
+    r = run_cli("bench", "sweep", str(sweep(tmp_path)), "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    with (out / "runs.csv").open() as f:
+        runs = {row["arm"]: row for row in csv.DictReader(f)}
+    assert {a: (row["status"], row["arm_in_effect"]) for a, row in runs.items()} == {
+        "baseline": ("ok", "yes"),
+        "eager": ("ok", "yes"),
+    }
+    rdir = out / "runs" / runs["eager"]["run_id"]
+    assert json.loads((rdir / "run.json").read_text())["set_resolved"]["model.attention_backend"] == {
+        "config": "sdpa"
+    }
+    with (out / "summary.csv").open() as f:
+        eager = next(row for row in csv.DictReader(f) if row["arm"] == "eager")
+    assert eager["n_pairs"] == "1" and eager["delta_samples_per_s_pct"] != ""

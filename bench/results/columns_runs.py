@@ -206,10 +206,11 @@ RUNS_TABLE = Table(
         ),
         Column(
             "arm_in_effect", TEXT, "",
-            "whether the model the run trained held the Liger modules its arm asks for and no others "
-            "(`yes`, or `no: ` and what differs), from the module classes the run recorded (run.json's "
-            "`draft_module_types`; the SpecForge CLI's from inside its process after step 1); empty when "
-            "the run recorded none. A cell with a `no` run gets the verdict `arm not in effect`, never a Δ",
+            "whether the model the run trained held the Liger modules its arm asks for and no others, and "
+            "for a user arm whether the trainer resolved each of its keys to the value asked (`yes`, or "
+            "`no: ` and what differs), from the run's own records (run.json's `draft_module_types` and "
+            "`set_resolved`; the SpecForge CLI's from inside its process after step 1); empty when the run "
+            "recorded neither. A cell with a `no` run gets the verdict `arm not in effect`, never a Δ",
         ),
         *STARTUP, *STATE, *ENERGY,
         Column("start_time", TEXT, "", "run.json's start time (ISO 8601)"),
