@@ -16,6 +16,7 @@ import torch
 from bench.__main__ import main
 from bench.arms import ARMS, user_arm
 from bench.record import CellDoc, RunDoc
+from bench.results.armsection import arms_section
 from bench.results.deltas import delta_columns, not_in_effect
 from bench.results.records import RunRecord, arm_in_effect
 from bench.results.verdicts import Speed, speed_kind
@@ -219,3 +220,34 @@ def test_a_liger_run_of_the_real_cli_whose_kernels_did_not_land_gets_no_delta(tm
     assert row["verdict_speed"].startswith("arm not in effect (1 of 1 liger runs: no LigerRMSNorm")
     assert row["delta_samples_per_s_pct"] == ""
     assert "arm not in effect" in capsys.readouterr().out
+
+
+def test_the_report_lists_each_arm_what_it_changes_and_how_many_runs_show_it_in_effect():
+    cell = CellDoc.of(arm="mine", arm_set={"training.attention_backend": "sdpa"})
+    took = {"training.attention_backend": {"config": "sdpa", "model": {"M.attention_backend": "sdpa"}}}
+    records = [
+        RunRecord(Path(f"r{i}"), cell, RunDoc.of(status="ok", set_resolved=took), pd.DataFrame(), None)
+        for i in (1, 2)
+    ]
+    runs = pd.DataFrame(
+        {
+            "arm": ["mine", "baseline", "mine", "baseline", "liger"],
+            "status": ["ok"] * 5,
+            "arm_in_effect": ["yes", "yes", "yes", None, "no: no LigerRMSNorm in the model"],
+        }
+    )
+    sweep = {
+        "config": {
+            "arms": ["baseline", "mine", "liger"],
+            "user_arms": {"mine": {"doc": "SDPA", "set": cell.arm_set}},
+        }
+    }
+    lines = arms_section(runs, sweep, records)
+    assert lines[0].startswith("**Arms.**")
+    assert lines[4:7] == [
+        "| baseline | the stock modules | yes in 1 of 2; not recorded in 1 |",
+        "| mine | the sweep's own arm: `training.attention_backend=sdpa` (SDPA) | 2 of 2 "
+        "(training.attention_backend: sdpa in the config; M.attention_backend = sdpa) |",
+        "| liger | Liger's RMSNorm and SwiGLU | no: no LigerRMSNorm in the model (1 of 1) |",
+    ]
+    assert arms_section(runs.assign(arm_in_effect=None), sweep, records) == []  # nothing recorded: no section

@@ -19,6 +19,7 @@ import pandas as pd
 from bench import fmt
 from bench.fileio import atomic_write_text, read_json
 from bench.results import plots, runplots
+from bench.results.armsection import arms_section
 from bench.results.capacity_table import capacity_table
 from bench.results.columns import (
     CONTRAST_COLUMNS,
@@ -272,6 +273,7 @@ def render_markdown(
     lines += vram_crosscheck(runs)
     lines += energy_section(summary, runs)
     lines += machine_state_line(runs)
+    lines += arms_section(runs, sweep, records)
     lines += precision_section(summary, sweep)
     lines += contrast_section(tables.get("contrasts", pd.DataFrame()), summary)
     lines += trainers_section(tables.get("trainers", pd.DataFrame()))
