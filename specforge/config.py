@@ -491,8 +491,9 @@ def resolved_values(cfg: TrainConfig, keys: list[str]) -> dict[str, dict[str, An
     """Each dotted key -> ``{"config": value}``: what the validated config holds for it (run.json's
     ``set_resolved``: whether the keys an arm set took effect)."""
     out: dict[str, dict[str, Any]] = {}
+    whole = cfg.to_dict()
     for key in dict.fromkeys(keys):
-        value: Any = cfg.to_dict()
+        value: Any = whole
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         out[key] = {"config": value}

@@ -212,9 +212,9 @@ def test_force_refuses_a_sweep_whose_runs_folder_holds_the_users_files(tmp_path,
     assert snapshot(out) == before
 
 
-def _ab(out, *flags):
+def _ab(out, *flags):  # one pair: a finished A/B is all these tests need
     return main(["ab", "-c", "configs/train/tiny-online.yaml", "--seq-len", "32", "--batch-size", "1",
-                 "--steps", "2", "--out", str(out), *flags])  # fmt: skip
+                 "--steps", "2", "--pairs", "1", "--out", str(out), *flags])  # fmt: skip
 
 
 def test_bench_ab_never_overwrites_an_ab_yaml_it_did_not_write(tmp_path, fakes, capsys, monkeypatch):  # noqa: F811
