@@ -303,3 +303,37 @@ def test_a_sweep_over_world_sizes_gets_a_scaling_table_and_plot(tmp_path, plots_
     assert eff[1] == pytest.approx(100.0) and eff[2] == pytest.approx(100 * (8 / 0.21 / 2) / (4 / 0.4))
     md = (tmp_path / "report.md").read_text()
     assert "## Scaling" in md and "efficiency %" in md and "Plot: scaling.png" in md
+
+
+def test_an_arms_slow_first_run_is_flagged_as_hyperfine_flags_one_and_kept_in_the_statistics():
+    from bench.results.firstrun import first_run_section, slow_first_runs
+
+    def runs(times, arm="liger"):
+        return pd.DataFrame(
+            {
+                "cell_id": "c",
+                "arm": arm,
+                "order_index": range(len(times)),
+                "status": "ok",
+                "samples_per_s": 1.0,
+                "s_per_step_mean": times,
+            }
+        )
+
+    # the cold H200 sweep's Liger runs (results/h200-specforge-verdict-precise): the first stands out
+    cold = runs([1.1217, 1.112, 1.09, 1.0803, 1.0776, 1.0813, 1.0791, 1.0699, 1.0814, 1.0874])
+    (found,) = slow_first_runs(cold)
+    assert found["arm"] == "liger" and round(found["z"], 1) == 5.6 and found["n"] == 10
+    lines = first_run_section(cold, {"config": {}})
+    assert lines[0].startswith("**First runs slower.**") and "`prime_runs: 1`" in lines[0]
+    assert "already ran 1 priming run(s)" in first_run_section(cold, {"config": {"prime_runs": 1}})[0]
+    # its baseline: slowest first, but within the spread of the others (z 2.4): no warning
+    assert (
+        slow_first_runs(runs([1.2592, 1.2399, 1.2365, 1.2316, 1.2221, 1.2215, 1.2196, 1.214, 1.2146, 1.2354]))
+        == []
+    )
+    # an outlier that is not the first run, or not the slowest, or too few runs: none either
+    assert slow_first_runs(runs([1.08, 1.2, 1.08, 1.081, 1.079, 1.08])) == []
+    assert slow_first_runs(runs([1.0, 1.2, 1.08, 1.081, 1.079, 1.08])) == []
+    assert slow_first_runs(runs([1.3, 1.08, 1.081])) == []
+    assert first_run_section(runs([]), {}) == []

@@ -30,6 +30,7 @@ from bench.results.columns import (
     VRAM_PER_CARD_COLUMNS,
 )
 from bench.results.crosstrainer import trainers_section, trainers_table
+from bench.results.firstrun import first_run_section
 from bench.results.forest import plot_forest, sweep_forest_rows
 from bench.results.manifest import write_manifest
 from bench.results.method import (
@@ -274,6 +275,7 @@ def render_markdown(
     lines += energy_section(summary, runs)
     lines += machine_state_line(runs)
     lines += arms_section(runs, sweep, records)
+    lines += first_run_section(runs, sweep)
     lines += precision_section(summary, sweep)
     lines += contrast_section(tables.get("contrasts", pd.DataFrame()), summary)
     lines += trainers_section(tables.get("trainers", pd.DataFrame()))
