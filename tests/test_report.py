@@ -337,3 +337,17 @@ def test_an_arms_slow_first_run_is_flagged_as_hyperfine_flags_one_and_kept_in_th
     assert slow_first_runs(runs([1.0, 1.2, 1.08, 1.081, 1.079, 1.08])) == []
     assert slow_first_runs(runs([1.3, 1.08, 1.081])) == []
     assert first_run_section(runs([]), {}) == []
+
+
+def test_the_console_warns_of_a_slow_first_run_too(tmp_path):
+    import shutil
+
+    from tests.helpers import REPO
+
+    src = REPO / "results" / "h200-specforge-verdict-precise"
+    shutil.copytree(
+        src, tmp_path / "s", ignore=shutil.ignore_patterns("pairs", "*.png", "smi.csv", "sweep.log")
+    )
+    console = build_report(tmp_path / "s")["console_summary"]
+    warning = [ln for ln in console if ln.startswith("warning: First runs slower.")]
+    assert len(warning) == 1 and all(len(ln) <= 100 for ln in console)

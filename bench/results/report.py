@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from bench.results.method import (
 )
 from bench.results.parity import in_statistics_records, loss_parity_table, with_loss_parity
 from bench.results.parity_report import parity_console, parity_section, plot_training_parity
-from bench.results.prsummary import console_summary, pr_summary
+from bench.results.prsummary import CONSOLE_WIDTH, console_summary, pr_summary
 from bench.results.records import RunRecord, load_runs
 from bench.results.sections import (
     MAIN_TABLE_HEADER,
@@ -235,6 +236,12 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
         tables["summary"], tables["runs"], sweep, training=tables.get("training_parity")
     )
     console += parity_console(tables.get("training_parity", pd.DataFrame()))
+    for line in first_run_section(tables["runs"], sweep)[:1]:  # as hyperfine warns, on the console too
+        text = "warning: " + line.replace("**", "").replace("`", "")
+        console += [
+            "",
+            *textwrap.wrap(text, width=CONSOLE_WIDTH, subsequent_indent="  ", break_on_hyphens=False),
+        ]
     return {"paths": paths, **tables, "main_table": main, "console_summary": console}
 
 
