@@ -193,12 +193,17 @@ LIGER_ARMS = tuple(name for name, arm in ARMS.items() if arm.swapped_kinds)
 USER_ARM_NAME = r"^[A-Za-z][A-Za-z0-9]*$"
 
 
+def as_written(value: Any) -> str:
+    """A key's value as a command line writes it: ``true``/``false`` for a bool, else its text."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def same_value(held: Any, asked: Any) -> bool:
     """Whether a value a trainer resolved is the one an arm asked for, whichever was typed how: a
     YAML ``true`` and a command line's ``true``, ``1e-4`` and ``0.0001``, ``sdpa`` and ``sdpa``."""
     if isinstance(held, list):  # several config objects that disagree: not one value
         return False
-    a, b = (str(v).lower() if isinstance(v, bool) else str(v) for v in (held, asked))
+    a, b = as_written(held), as_written(asked)
     if a == b:
         return True
     try:

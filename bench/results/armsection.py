@@ -11,14 +11,14 @@ from typing import Any
 import pandas as pd
 
 from bench import fmt
-from bench.arms import ARMS, BASELINE
+from bench.arms import ARMS, BASELINE, as_written
 from bench.results.records import RunRecord
 
 HEADER = ["arm", "what it changes", "in effect (ok runs)"]
 
 
 def _keys(sets: dict[str, Any]) -> str:
-    return ", ".join(f"`{k}={str(v).lower() if isinstance(v, bool) else v}`" for k, v in sets.items())
+    return ", ".join(f"`{k}={as_written(v)}`" for k, v in sets.items())
 
 
 def _user_arms(sweep: dict, records: list[RunRecord]) -> dict[str, dict[str, Any]]:

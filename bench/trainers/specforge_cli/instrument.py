@@ -289,7 +289,8 @@ class ModuleCensus(_FirstStep):
 
         trained = Counter(tuple(p.shape) for group in optimizer.param_groups for p in group["params"])
         best = None  # ((-trained tensors matched, parameters in all), module)
-        for obj in gc.get_objects():
+        objects = gc.get_objects()  # one pass serves the census and the resolved keys
+        for obj in objects:
             if issubclass(type(obj), torch.nn.Module):  # type(): no lazy __class__ of a module proxy
                 shapes = Counter(tuple(p.shape) for p in obj.parameters())
                 key = (-sum((trained & shapes).values()), sum(shapes.values()))
@@ -300,7 +301,7 @@ class ModuleCensus(_FirstStep):
             root = best[1]
             doc |= {"root": type(root).__name__, "matched_tensors": -best[0][0]}
             doc["module_types"] = sorted({type(m).__name__ for m in root.modules()})
-        doc["resolved"] = resolved_keys(_argv_keys(sys.argv[1:]), gc.get_objects(), torch.nn.Module)
+        doc["resolved"] = resolved_keys(_argv_keys(sys.argv[1:]), objects, torch.nn.Module)
         return doc
 
 

@@ -30,6 +30,7 @@ import yaml
 import bench.config.yamlio as yamlio
 import bench.trainers.specforge_cli.inputs as inputs
 import bench.trainers.specforge_cli.reasons as reasons
+from bench.arms import as_written
 from bench.config import Cell, Run, SweepConfig
 from bench.errors import SweepError
 from bench.fileio import read_json
@@ -159,7 +160,7 @@ class SpecForgeCliPlug:
         )
         if cell.prepared:
             sets["data.hidden_states_path"] = str(rdir / "features")
-        return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sets.items()]
+        return [f"{k}={as_written(v)}" for k, v in sets.items()]
 
     def learning_rate(self, cell: Cell) -> float:
         """The learning rate the cell's runs train with: its `set:`, else the run config's (for
