@@ -104,4 +104,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .teardown import exit_process  # imports no torch
+
+    exit_process(main())

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from . import data as data_mod
-from . import flops, objective, profiling, provenance
+from . import flops, objective, profiling, provenance, teardown
 from . import target as target_mod
 from .config import ConfigError, Profile, TrainConfig, resolved_values
 from .draft import DFlashDraft
@@ -368,9 +368,7 @@ def run(
         traceback.print_exc()
         return 1
     finally:
-        if dist.is_available() and dist.is_initialized():
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+        teardown.destroy_process_group()
 
 
 def _train(

@@ -1,11 +1,13 @@
 """The real trainer, end to end on the CPU with the tiny profile."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from tests.helpers import CONFIGS, run_cli
+from tests.helpers import CONFIGS, REPO, run_cli
 
 OFFLINE = str(CONFIGS / "train/tiny-offline.yaml")
 ONLINE = str(CONFIGS / "train/tiny-online.yaml")
@@ -161,6 +163,32 @@ def test_fsdp2_two_processes_on_gloo(tmp_path, tiny_cache):
     assert len(rows) == 4 and rows[0]["samples"] == 2 * 2 * 2  # batch x accumulation x world
     run = json.loads((out / "run.json").read_text())
     assert run["world_size"] == 2 and run["status"] == "ok"
+
+
+_GLOO_EXIT = """
+import atexit, os, sys
+import torch.distributed as dist
+from specforge import teardown
+atexit.register(lambda: print("interpreter shutdown ran", flush=True))
+if sys.argv[1] == "gloo":
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29532", rank=0, world_size=1)
+teardown.destroy_process_group()
+print("destroyed:", dist.is_initialized(), flush=True)
+teardown.exit_process(3)
+"""
+
+
+@pytest.mark.parametrize("backend", ["gloo", "none"])
+def test_gloo_process_leaves_without_interpreter_shutdown(backend):
+    """After a gloo group, the process exits with its code and skips the interpreter's shutdown,
+    where a gloo worker thread freeing a finished collective aborts the rank (specforge/teardown.py);
+    without one, the exit is the usual one."""
+    r = subprocess.run(
+        [sys.executable, "-c", _GLOO_EXIT, backend], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "destroyed: False" in r.stdout
+    assert ("interpreter shutdown ran" in r.stdout) == (backend == "none")
 
 
 @pytest.mark.slow
