@@ -45,6 +45,8 @@
 #             step 1 and a fixed 5 pairs (is the Liger runs' one-step pause a full collection?)
 #   sfprecise configs/h200-specforge-verdict-precise.yaml: lockstep, the heap frozen, the precision
 #             rule asked for ±0.5 points (pilot 5, cap 10; about 9 minutes with cold caches)
+#   sfprimed  configs/h200-specforge-verdict-primed.yaml: the same with one priming pair per cell
+#             (prime_runs: 1) on a freshly started machine; each step's CPU time per thread
 #   sfuserarm configs/h200-specforge-userarm.yaml: a user arm on the real CLI (FlexAttention vs SDPA,
 #             SpecForge's own key), lockstep, 3 pairs
 #   sfabarm   `python -m bench ab --trainer specforge-cli -c <the prepared 4B run.yaml> --arm
@@ -81,7 +83,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -164,6 +166,8 @@ for spec in $stages; do
         run_stage h200-specforge-verdict-lockstep-gcfreeze python3 -m bench sweep configs/h200-specforge-verdict-lockstep-gcfreeze.yaml --out $W/h200-specforge-verdict-lockstep-gcfreeze --resume ;;
     sfprecise) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-verdict-precise python3 -m bench sweep configs/h200-specforge-verdict-precise.yaml --out $W/h200-specforge-verdict-precise --resume ;;
+    sfprimed) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-verdict-primed python3 -m bench sweep configs/h200-specforge-verdict-primed.yaml --out $W/h200-specforge-verdict-primed --resume ;;
     sfuserarm) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-userarm python3 -m bench sweep configs/h200-specforge-userarm.yaml --out $W/h200-specforge-userarm --resume ;;
     sfabarm) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-ab-userarm python3 -m bench ab --trainer specforge-cli \

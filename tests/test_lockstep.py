@@ -27,12 +27,26 @@ from tests.upstream_env import upstream_python
 TINY = CONFIGS / "train" / "tiny-offline.yaml"
 INSTRUMENT = REPO / "bench" / "trainers" / "specforge_cli" / "instrument.py"
 LOOP = """
-import gc, sys, time, torch
+import gc, sys, threading, time, torch
+spun, leave = threading.Event(), threading.Event()
+def spin():  # a helper thread's host work: 0.1 s of its own CPU time, then it idles until told
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < 0.1:
+        pass
+    spun.set()
+    leave.wait()
 w = torch.nn.Parameter(torch.ones(4))
 opt = torch.optim.SGD([w], lr=0.1)
 for step in range(int(sys.argv[1])):
     (w * w).sum().backward()
     time.sleep(0.05)  # the step's work
+    if step == 2:  # inside step 3
+        helper = threading.Thread(target=spin, name="spinner")
+        helper.start()
+        spun.wait()
+    if step == 4:
+        leave.set()
+        helper.join()
     if step == 3:
         gc.collect()  # a full collection inside step 4
     opt.step()
@@ -79,6 +93,12 @@ def test_the_two_processes_take_strict_turns_from_step_2_and_neither_waits_past_
         assert all(r["gc2_s"] >= 0 and 0 <= r["main_cpu_s"] <= r["cpu_s"] + 0.005 for r in recs)
         assert all(r["main_cpu_s"] < 0.9 * r["own_s"] for r in recs[1:])  # a sleep is no host work
         assert all(r["allocator"] is None for r in recs)  # no CUDA here
+        for r in recs:  # the CPU time per thread adds up to the process's, to the ticks' resolution
+            total = sum(t["user_s"] + t["sys_s"] for t in r["threads"].values())
+            assert abs(total - r["cpu_s"]) <= 0.01 * (len(r["threads"]) + 2), r
+        assert "MainThread" in recs[0]["threads"]  # Python's name for the thread, where it has one
+        assert recs[2]["threads"]["spinner"]["user_s"] + recs[2]["threads"]["spinner"]["sys_s"] >= 0.08
+        assert not any("spinner" in r["threads"] for i, r in enumerate(recs) if i != 2)
     assert records(tmp_path, 1)[-1]["wait_s"] < 0.05  # role 1 does not wait after the last step
     for role in range(2):  # the full collection is recorded in the step it fell in, and only there
         recs = records(tmp_path, role)
@@ -127,7 +147,6 @@ def sweep_doc(tmp_path: Path, **top) -> Path:
     [
         ({"arms": ["baseline", "aa", "nopoll"]}, "exactly two arms, got 3"),
         ({"warmup_steps": 0}, "warmup_steps of at least 1"),
-        ({"prime_runs": 1}, "prime_runs: 0"),
         (
             {"trainer": "embedded"},
             "trainer: specforge-cli",
@@ -158,6 +177,7 @@ def build_ab(root: Path) -> dict:
     argv = [sys.executable, "-m", "bench", "ab", "--trainer", "specforge-cli", "-c", str(cache / "run.yaml")]
     argv += ["--python", str(upstream_python()), "--out", str(root / "out"), "--seq-len", "128"]
     argv += ["--arms", "baseline,aa", "--pairs", "2", "--steps", "5", "--set-sweep", "pairing=lockstep"]
+    argv += ["--set-sweep", "prime_runs=1"]
     r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return {"output": r.stdout + r.stderr}
@@ -196,6 +216,30 @@ def test_a_lockstep_ab_of_the_real_cli_alternates_steps_and_times_each_by_its_ow
         losses = [[r["loss"] for r in metrics(d)] for d in rdirs]
         assert losses[0] == losses[1]  # baseline and aa compute the same, turns or not
     assert not [p for p in (out / "pairs").rglob("*") if p.is_fifo()]  # nothing left that cannot be copied
+
+
+@pytest.mark.slow
+def test_prime_runs_runs_one_discarded_pair_taking_turns_before_the_first_measured_pair(ab):
+    out, text = ab
+    primed = sorted((out / "prime").iterdir())
+    assert [d.name.rsplit("_", 2)[-2:] for d in primed] == [["aa", "prime1"], ["baseline", "prime1"]]
+    spans = []
+    for rdir in primed:
+        assert json.loads((rdir / "run.json").read_text())["status"] == "ok"
+        assert json.loads((rdir / "cell.json").read_text())["pairing"]["mode"] == "lockstep"
+        recs = [json.loads(line) for line in (rdir / "lockstep.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in recs] == list(range(1, 6))
+        spans += [(r["started"], r["ended"], rdir.name) for r in recs[1:]]
+    spans.sort()
+    assert all(a[1] <= b[0] + 1e-3 and a[2] != b[2] for a, b in zip(spans, spans[1:]))
+    first_measured = min(
+        json.loads(line)["started"]
+        for rdir in (out / "runs").glob("*_r1")
+        for line in (rdir / "lockstep.jsonl").read_text().splitlines()
+    )
+    assert spans[-1][1] < first_measured  # the priming pair ran before the first measured pair
+    assert text.count("as a pair, discarded: it primes the caches") == 2
+    assert len(list(csv.DictReader((out / "runs.csv").open()))) == 4  # never read as a result
 
 
 @pytest.mark.slow

@@ -184,8 +184,6 @@ def _check_lockstep(top: SweepKeys, cells: list[Cell], readers: Readers, fail: F
         raise fail(f"{need} exactly two arms, got {len(top.arms)}: {', '.join(top.arms)}")
     if top.warmup_steps < 1:
         raise fail(f"{need} warmup_steps of at least 1: step 1 runs in both runs at once")
-    if top.prime_runs:
-        raise fail(f"{need} prime_runs: 0 (priming runs run alone; the first pair fills the caches)")
     able = [name for name, r in readers.items() if r.takes_turns]
     for c in cells:
         if not readers[c.trainer].takes_turns:

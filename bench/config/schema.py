@@ -221,7 +221,10 @@ class SweepKeys:
         "(gc.freeze(): no full collection walks it inside a measured step)",
     )
     prime_runs: int = key(
-        0, ge=0, doc=f"discarded runs per cell and arm before the measured ones (at most {MAX_PRIME_RUNS})"
+        0,
+        ge=0,
+        doc=f"discarded runs per cell and arm before the measured ones (at most {MAX_PRIME_RUNS}; "
+        "with pairing: lockstep, discarded pairs taking turns)",
     )
     capacity: CapacityMapping | None = key(None, doc="an OOM boundary search instead of timed pairs")
     parity: ParityMapping | None = key(

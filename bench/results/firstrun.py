@@ -44,7 +44,13 @@ def first_run_section(runs: pd.DataFrame, sweep: dict) -> list[str]:
     found = slow_first_runs(runs)
     if not found:
         return []
-    primed = int(((sweep.get("config") or {}) if isinstance(sweep, dict) else {}).get("prime_runs") or 0)
+    config = (sweep.get("config") or {}) if isinstance(sweep, dict) else {}
+    primed = int(config.get("prime_runs") or 0)
+    paired = (
+        " (with `pairing: lockstep`, one pair of them taking turns)"
+        if config.get("pairing") == "lockstep"
+        else ""
+    )
     said = "; ".join(
         f"{f['arm']} in {f['cell_id']}: {fmt.f(f['first'], '.3f')} s/step against a median of "
         f"{fmt.f(f['median'], '.3f')} over its {f['n']} runs (modified z {fmt.f(f['z'], '.1f')})"
@@ -53,7 +59,7 @@ def first_run_section(runs: pd.DataFrame, sweep: dict) -> list[str]:
     fix = (
         f"This sweep already ran {primed} priming run(s) per cell and arm before it."
         if primed
-        else "`prime_runs: 1` runs each cell and arm once, unmeasured, before its first measured run."
+        else f"`prime_runs: 1` runs each cell and arm once, unmeasured, before its first measured run{paired}."
     )
     return [
         f"**First runs slower.** An arm's first run was its slowest, and an outlier among its runs: "

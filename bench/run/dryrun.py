@@ -39,7 +39,8 @@ def _header(cfg: SweepConfig, runs: list[Run]) -> None:
     if cfg.prime_runs:
         print(
             f"plus {cfg.prime_runs} discarded priming run(s) per cell and arm before its first measured run "
-            f"({cfg.prime_runs * len(cfg.cells) * len(cfg.arms)} in all, under prime/; again on a resume)"
+            f"({cfg.prime_runs * len(cfg.cells) * len(cfg.arms)} in all, under prime/; again on a resume"
+            + ("; each cell's as lockstep pairs, taking turns)" if cfg.pairing == "lockstep" else ")")
         )
     if cfg.nodes > 1:
         print(

@@ -123,8 +123,12 @@ class Session:
     def run_pair(self, runs: list[Run]) -> list[str]:
         """Execute a lockstep pair (Session.execute_pair) on the progress display: its first run's line
         ticks while both run; each run's outcome is shown."""
-        if not any(self.skipped(r) for r in runs) and self.server is not None:
-            self.server.start(self.say)
+        if not any(self.skipped(r) for r in runs):
+            if self.server is not None:
+                self.server.start(self.say)
+            due = [self.priming.due(r) if self.priming is not None else [] for r in runs]
+            for pair in zip(*due):
+                self._prime_pair(list(pair))
         progress = self.progress
         if progress is not None:
             progress.start(runs[0])
@@ -226,17 +230,23 @@ class Session:
         mark_exit(rdir / "launch.json", rc, timed_out)
         return console.outcome_line(rdir)
 
-    def execute_pair(self, runs: list[Run], tick: Callable[[], None] | None = None) -> list[str]:
+    def execute_pair(
+        self, runs: list[Run], tick: Callable[[], None] | None = None, rdirs: list[Path] | None = None
+    ) -> list[str]:
         """A lockstep pair (``pairing: lockstep``): both runs started at once as one process tree
-        (bench/procs/pair.py), taking turns on the card one optimizer step each. A run that cannot
-        start makes its partner's outcome the same (a lockstep pair runs whole or not at all)."""
+        (bench/procs/pair.py), taking turns on the card one optimizer step each, in ``rdirs``
+        (default their runs/ directories). A run that cannot start makes its partner's outcome the
+        same (a lockstep pair runs whole or not at all)."""
         pdir = pair_dir(self.out_dir, runs[0])
         with writing(pdir):
             shutil.rmtree(pdir, ignore_errors=True)
             pdir.mkdir(parents=True)
             for role in range(2):
                 os.mkfifo(pdir / f"to{role}")
-        planned = [self.plan(run, lockstep=(pdir, role)) for role, run in enumerate(runs)]
+        rdirs = rdirs or [None] * len(runs)
+        planned = [
+            self.plan(run, rd, lockstep=(pdir, role)) for role, (run, rd) in enumerate(zip(runs, rdirs))
+        ]
         refused = [self.refusal(run, rdir) for run, (rdir, _) in zip(runs, planned)]
         if any(refused):
             why = next(r for r in refused if r)
@@ -289,3 +299,14 @@ class Session:
             self.progress.start(p)
         line, seconds = execute.timed(lambda: self.execute(p, None, prime_dir(self.out_dir, p)))
         self.say(f"{p.run_id}: {line} ({seconds:.0f} s, discarded: it primes the caches)")
+
+    def _prime_pair(self, pair: list[Run]) -> None:
+        """A priming pair under prime/ (``pairing: lockstep``): one discarded run of each arm of
+        the cell, taking turns as a measured pair does, so that the caches and the machine's
+        first minutes are spent before the first measured pair; outcomes printed, never read."""
+        if self.progress is not None:
+            self.progress.start(pair[0])
+        rdirs = [prime_dir(self.out_dir, p) for p in pair]
+        lines, seconds = execute.timed(lambda: self.execute_pair(pair, None, rdirs))
+        for p, line in zip(pair, lines):
+            self.say(f"{p.run_id}: {line} ({seconds:.0f} s as a pair, discarded: it primes the caches)")

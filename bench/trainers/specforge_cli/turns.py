@@ -34,7 +34,11 @@ class Lockstep:
     - what the turn did on the host: ``gc2_s``, the garbage collector's full (generation 2)
       collections inside it (``gc2_wait_s``: in the wait after it); ``cpu_s`` and ``main_cpu_s``,
       the CPU time of the whole process and of its main thread (a pause of host work shows in
-      them, a wait on the device does not); ``allocator``, the CUDA caching allocator's cudaMalloc
+      them, a wait on the device does not); ``threads``, that CPU time per thread (Linux's
+      /proc/self/task, user and system seconds, by the thread's Python name or else its kernel
+      name; threads of one name summed; only those that ran in the turn, and a thread that ended
+      inside the turn is missing from it though ``cpu_s`` counts it), which names the threads
+      when the process's CPU time outside the main thread moves; ``allocator``, the CUDA caching allocator's cudaMalloc
       and cudaFree calls, retries and syncs of all streams; the allocator's peaks so far. (In the
       Liger runs of results/h200-specforge-verdict-lockstep one step paid a 0.23-0.33 s host-side
       pause that no baseline step did: these say what it is.)
@@ -55,11 +59,49 @@ class Lockstep:
         self.t_turn = self.t_install = time.perf_counter()
         self.gc2_s, self._gc_t0 = 0.0, 0.0
         self.main0, self.cpu0, self.alloc0 = time.thread_time(), self._cpu(), {}
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.threads0 = self._threads()
         gc.callbacks.append(self.on_gc)
 
     @staticmethod
     def _cpu() -> float:
         return time.process_time()  # every thread's user + system time, at the clock's resolution
+
+    @staticmethod
+    def _threads() -> dict[int, tuple[str, int, int]]:
+        """Every thread's (name, user ticks, system ticks) from /proc/self/task (empty elsewhere):
+        fields 14 and 15 of its stat, after the name in parentheses."""
+        import threading
+
+        named = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+        out = {}
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:  # the thread ended meanwhile
+                continue
+            comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+            out[int(tid)] = (named.get(int(tid), comm), int(rest[11]), int(rest[12]))
+        return out
+
+    def _thread_cpu(self, now: dict[int, tuple[str, int, int]]) -> dict[str, dict[str, float]]:
+        """The turn's CPU time per thread name (threads of one name summed): user and system seconds."""
+        by_name: dict[str, list[int]] = {}
+        for tid, (name, user, system) in now.items():
+            _, user0, system0 = self.threads0.get(tid, (name, 0, 0))
+            if user - user0 or system - system0:
+                acc = by_name.setdefault(name, [0, 0])
+                acc[0] += user - user0
+                acc[1] += system - system0
+        return {
+            name: {"user_s": round(u / self.tick, 3), "sys_s": round(s / self.tick, 3)}
+            for name, (u, s) in sorted(by_name.items())
+        }
 
     ALLOCATOR_KEYS = ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")
 
@@ -110,10 +152,12 @@ class Lockstep:
         own = ended - self.t_turn
         main, cpu = time.thread_time(), self._cpu()  # the thread first: it is part of the process
         alloc = self._allocator(torch) if cuda else {}
+        threads = self._threads()
         turn = {
             "gc2_s": round(self.gc2_s, 6),
             "cpu_s": round(cpu - self.cpu0, 4),
             "main_cpu_s": round(main - self.main0, 4),
+            "threads": self._thread_cpu(threads),
             "allocator": {k: v - self.alloc0.get(k, 0) for k, v in alloc.items()} if alloc else None,
         }
         self.gc2_s = 0.0
@@ -124,6 +168,7 @@ class Lockstep:
             self._wait_for(self.step + 1)
         self.t_turn = time.perf_counter()
         self.main0, self.cpu0, self.alloc0 = time.thread_time(), self._cpu(), alloc
+        self.threads0 = self._threads()
         rec = {
             "step": self.step,
             "own_s": round(own, 6),
