@@ -8,8 +8,10 @@ and what its record says of it (``lockstep.jsonl``: full garbage collections, CP
 process and of its main thread, the CUDA allocator's calls). With ``--smi`` (scripts/h200_sweeps.sh's
 nvidia-smi samples: time, SM clock, memory clock, power, temperature, utilisation, clock-event
 reasons), how many pause steps and how many other measured steps hold a sample of 0% utilisation
-(the card idle for a whole sample period). The pause analysis of
-results/h200-specforge-verdict-lockstep/README.md is this script's output.
+(the card idle for a whole sample period). With ``--threads N``, each run's CPU seconds per
+measured step by thread (``lockstep.jsonl``'s ``threads``: the N busiest names, user + system,
+and all others summed), the priming pairs of ``prime_runs`` (under prime/) first as r0. The pause
+analysis of results/h200-specforge-verdict-lockstep/README.md is this script's output.
 """
 
 from __future__ import annotations
@@ -60,6 +62,26 @@ def pauses(recs: list[dict], first: int, over_s: float) -> list[dict]:
     return out
 
 
+def thread_cpu(recs: list[dict], first: int, top: int) -> str:
+    """A run's mean CPU seconds per measured step by thread: the ``top`` busiest names, then the rest."""
+    measured = [r for r in recs if r["step"] >= first and isinstance(r.get("threads"), dict)]
+    if not measured:
+        return "no per-thread record"
+    totals: dict[str, float] = {}
+    for r in measured:
+        for name, t in r["threads"].items():
+            totals[name] = totals.get(name, 0.0) + t["user_s"] + t["sys_s"]
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    parts = [f"{name} {cpu / len(measured):.3f}" for name, cpu in ranked[:top]]
+    rest = sum(cpu for _, cpu in ranked[top:]) / len(measured)
+    system = sum(t["sys_s"] for r in measured for t in r["threads"].values()) / len(measured)
+    return (
+        ", ".join(parts)
+        + f", {len(ranked) - top} others {rest:.3f}" * (len(ranked) > top)
+        + f" (system {system:.3f})"
+    )
+
+
 def idle_counts(rounds: dict, smi: list[tuple], first: int, over_s: float) -> tuple[int, int, int, int]:
     """(pause steps with a 0% sample, pause steps, other steps with one, other steps)."""
     counts = [0, 0, 0, 0]
@@ -82,9 +104,13 @@ def main() -> int:
     ap.add_argument("--from-step", type=int, default=4, help="the first measured step (warmup_steps + 1)")
     ap.add_argument("--pause-s", type=float, default=0.1)
     ap.add_argument("--smi", type=Path, help="nvidia-smi's samples over the sweep (smi.csv)")
+    ap.add_argument("--threads", type=int, default=0, help="each run's CPU per step by thread: the N busiest")
     a = ap.parse_args()
     rounds: dict[str, dict[str, list[dict]]] = {}
-    for rdir in sorted((a.sweep_dir / "runs").iterdir()):
+    primed = (
+        sorted((a.sweep_dir / "prime").iterdir()) if a.threads and (a.sweep_dir / "prime").is_dir() else []
+    )
+    for rdir in [*primed, *sorted((a.sweep_dir / "runs").iterdir())]:
         recs = records(rdir)
         cell = read_json(rdir / "cell.json")
         cell = cell if isinstance(cell, dict) else {}
@@ -102,12 +128,15 @@ def main() -> int:
         else:
             for arm in (k for k in level if k != "baseline"):
                 delta = (level["baseline"] / level[arm] - 1) * 100
-                deltas.setdefault(arm, []).append(delta)
+                if name != "r0":  # a priming pair: shown, never in the mean
+                    deltas.setdefault(arm, []).append(delta)
                 print(
                     f"{name}: baseline {level['baseline']:.4f} s/step, {arm} {level[arm]:.4f}: "
-                    f"Δ samples/s {delta:+.2f}%"
+                    f"Δ samples/s {delta:+.2f}%" + " (priming pair, discarded)" * (name == "r0")
                 )
         for k, recs in arms.items():
+            if a.threads:
+                print(f"    {k} CPU s/step by thread: {thread_cpu(recs, a.from_step, a.threads)}")
             for p in pauses(recs, a.from_step, a.pause_s):
                 extra = ", ".join(
                     f"{key} {val}" for key, val in p.items() if key not in ("step", "over_s", "after_step1_s")

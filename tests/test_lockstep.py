@@ -289,6 +289,12 @@ def test_the_step_readout_names_each_pair_and_its_delta(ab, tmp_path):
     idle = r.stdout.splitlines()[-1]
     # step 1 runs in both runs at once: the sample falls in both runs' step 1, and in no other step
     assert idle.startswith("steps holding a 0% utilisation sample: 2 of ") and ", 0 of 16 other" in idle, idle
+    r = subprocess.run([*argv, "--threads", "2"], capture_output=True, text=True, timeout=60)
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("r0: baseline ") and lines[0].endswith("(priming pair, discarded)")
+    by_thread = [line for line in lines if "CPU s/step by thread: " in line]
+    assert len(by_thread) == 6 and all("MainThread " in line and "(system " in line for line in by_thread)
+    assert lines[-1].startswith("aa: 2 pairs: mean Δ")  # the priming pair is not in it
 
 
 @pytest.mark.slow
