@@ -166,9 +166,9 @@ class Lockstep:
             self._wait_for(self.step)
         elif self.step < self.last:
             self._wait_for(self.step + 1)
+        self.threads0 = self._threads()  # read before the turn's clock starts: not in own_s
         self.t_turn = time.perf_counter()
         self.main0, self.cpu0, self.alloc0 = time.thread_time(), self._cpu(), alloc
-        self.threads0 = self._threads()
         rec = {
             "step": self.step,
             "own_s": round(own, 6),
