@@ -47,6 +47,9 @@
 #             rule asked for ±0.5 points (pilot 5, cap 10; about 9 minutes with cold caches)
 #   sfprimed  configs/h200-specforge-verdict-primed.yaml: the same with one priming pair per cell
 #             (prime_runs: 1) on a freshly started machine; each step's CPU time per thread
+#   sfthreads configs/h200-specforge-threads.yaml (one lockstep pair) watched by
+#             scripts/thread_census.py: what SpecForge's unnamed threads do in the kernel
+#             -> $OUT/thread_census.json
 #   sfuserarm configs/h200-specforge-userarm.yaml: a user arm on the real CLI (FlexAttention vs SDPA,
 #             SpecForge's own key), lockstep, 3 pairs
 #   sfabarm   `python -m bench ab --trainer specforge-cli -c <the prepared 4B run.yaml> --arm
@@ -83,7 +86,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -168,6 +171,11 @@ for spec in $stages; do
         run_stage h200-specforge-verdict-precise python3 -m bench sweep configs/h200-specforge-verdict-precise.yaml --out $W/h200-specforge-verdict-precise --resume ;;
     sfprimed) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-verdict-primed python3 -m bench sweep configs/h200-specforge-verdict-primed.yaml --out $W/h200-specforge-verdict-primed --resume ;;
+    sfthreads) sfenv && { python3 scripts/thread_census.py $OUT/thread_census.json --seconds "$(left)" >$OUT/thread_census.log 2>&1 & }
+        census=$!
+        SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-threads python3 -m bench sweep configs/h200-specforge-threads.yaml --out $W/h200-specforge-threads --resume
+        wait $census ;;
     sfuserarm) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-userarm python3 -m bench sweep configs/h200-specforge-userarm.yaml --out $W/h200-specforge-userarm --resume ;;
     sfabarm) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python run_stage h200-specforge-ab-userarm python3 -m bench ab --trainer specforge-cli \

@@ -1,0 +1,123 @@
+"""What SpecForge's unnamed threads do while its measured steps run: ``python scripts/thread_census.py
+OUT_JSON [--seconds 300] [--every 0.1] [--from-step 4]``
+
+Every EVERY seconds, for each SpecForge training process on this machine (a command line holding
+``specforge.cli`` and ``output_dir=``) whose run has logged FROM_STEP-1 lockstep turns
+(``lockstep.jsonl`` beside ``specforge-out``), it reads each thread's /proc entry: its state, the
+system call it is in (``syscall``: its number, x86-64), where it sleeps in the kernel (``wchan``)
+and, for a running thread, its kernel stack (``stack``, root only). Per thread name (the kernel's
+``comm``: native threads that never named themselves carry the interpreter's, ``python3``) it
+writes how many threads, their CPU seconds (user and system) over the sampled window, and the
+sample counts of each state, system call, wait channel and kernel stack top. Read only; the run it
+watches pays the reads (about 60 threads x 4 small files per sample), so use it in a diagnostic
+sweep, never in a verdict. It stops after SECONDS, or 10 s after the last sampled run ended with
+none after it. Linux only. Used for results/h200-specforge-threads/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+SYSCALLS = {0: "read", 1: "write", 7: "poll", 9: "mmap", 10: "mprotect", 11: "munmap", 16: "ioctl"}
+SYSCALLS |= {23: "select", 24: "sched_yield", 28: "madvise", 35: "nanosleep", 202: "futex"}
+SYSCALLS |= {230: "clock_nanosleep", 232: "epoll_wait", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait"}
+
+
+def read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def trainers() -> dict[int, Path]:
+    """SpecForge training processes and their run directories (output_dir's parent)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        argv = read(f"/proc/{pid}/cmdline").split("\0")
+        out = [a.split("=", 1)[1] for a in argv if a.startswith("output_dir=")]
+        if out and any("specforge.cli" in a for a in argv):
+            found[int(pid)] = Path(out[0]).parent
+    return found
+
+
+def sample(pid: int, census: dict, cpu: dict) -> None:
+    """One look at every thread of ``pid`` but its main one."""
+    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        if int(tid) == pid:
+            continue
+        base = f"/proc/{pid}/task/{tid}"
+        stat = read(f"{base}/stat")
+        if not stat:
+            continue
+        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        state, user, system = rest[0], int(rest[11]), int(rest[12])
+        c = census[comm]
+        c["tids"].add(f"{pid}/{tid}")
+        c["state"][state] += 1
+        first = cpu.setdefault((pid, tid), (comm, user, system))
+        cpu[(pid, tid)] = (comm, first[1], first[2], user, system)
+        if state == "R":
+            top = [line.split(" ", 1)[-1].split("+")[0] for line in read(f"{base}/stack").splitlines()[:4]]
+            c["running_stack"][" < ".join(top) or "(user space or unreadable)"] += 1
+        else:
+            nr = read(f"{base}/syscall").split(" ", 1)[0].strip()
+            name = SYSCALLS.get(int(nr), nr) if nr.lstrip("-").isdigit() else nr or "?"
+            c["syscall"][name] += 1
+            c["wchan"][read(f"{base}/wchan") or "?"] += 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seconds", type=float, default=300)
+    ap.add_argument("--every", type=float, default=0.1)
+    ap.add_argument("--from-step", type=int, default=4)
+    a = ap.parse_args()
+    census: dict = defaultdict(
+        lambda: {
+            "tids": set(),
+            "state": Counter(),
+            "syscall": Counter(),
+            "wchan": Counter(),
+            "running_stack": Counter(),
+        }
+    )
+    cpu: dict = {}
+    samples, deadline, gone = 0, time.monotonic() + a.seconds, None
+    while time.monotonic() < deadline:
+        found = trainers()
+        gone = None if found or not samples else gone or time.monotonic()
+        if gone is not None and time.monotonic() - gone > 10:  # the sampled runs ended, none started since
+            break
+        for pid, rdir in found.items():
+            turns = read(str(rdir / "lockstep.jsonl")).count("\n")
+            if turns >= a.from_step - 1:
+                sample(pid, census, cpu)
+                samples += 1
+        time.sleep(a.every)
+    tick = os.sysconf("SC_CLK_TCK")
+    doc = {"samples": samples, "every_s": a.every, "by_name": {}}
+    for comm, c in sorted(census.items(), key=lambda kv: -len(kv[1]["tids"])):
+        spent = [v for v in cpu.values() if v[0] == comm and len(v) == 5]
+        doc["by_name"][comm] = {
+            "threads": len(c["tids"]),
+            "user_s": round(sum(v[3] - v[1] for v in spent) / tick, 2),
+            "sys_s": round(sum(v[4] - v[2] for v in spent) / tick, 2),
+            **{k: dict(c[k].most_common(8)) for k in ("state", "syscall", "wchan", "running_stack")},
+        }
+    a.out.write_text(json.dumps(doc, indent=1))
+    print(
+        json.dumps({k: {x: v[x] for x in ("threads", "user_s", "sys_s")} for k, v in doc["by_name"].items()})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
