@@ -1,5 +1,5 @@
 """What SpecForge's unnamed threads do while its measured steps run: ``python scripts/thread_census.py
-OUT_JSON [--seconds 300] [--every 0.1] [--from-step 4]``
+OUT_JSON [--seconds 300] [--every 0.1] [--from-step 4] [--pid PID ...]``
 
 Every EVERY seconds, for each SpecForge training process on this machine (a command line holding
 ``specforge.cli`` and ``output_dir=``) whose run has logged FROM_STEP-1 lockstep turns
@@ -79,6 +79,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--every", type=float, default=0.1)
     ap.add_argument("--from-step", type=int, default=4)
+    ap.add_argument(
+        "--pid", type=int, action="append", help="only this process (repeatable; default: every run)"
+    )
     a = ap.parse_args()
     census: dict = defaultdict(
         lambda: {
@@ -92,7 +95,7 @@ def main() -> int:
     cpu: dict = {}
     samples, deadline, gone = 0, time.monotonic() + a.seconds, None
     while time.monotonic() < deadline:
-        found = trainers()
+        found = {pid: rdir for pid, rdir in trainers().items() if not a.pid or pid in a.pid}
         gone = None if found or not samples else gone or time.monotonic()
         if gone is not None and time.monotonic() - gone > 10:  # the sampled runs ended, none started since
             break

@@ -42,6 +42,8 @@ def test_the_census_counts_a_runs_idle_threads_and_where_they_sleep(tmp_path):
             "30",
             "--every",
             "0.05",
+            "--pid",  # this test's process only: other tests may run SpecForge beside it
+            str(proc.pid),
         ]
     )
     time.sleep(1.0)
