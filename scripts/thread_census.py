@@ -1,5 +1,5 @@
 """What SpecForge's unnamed threads do while its measured steps run: ``python scripts/thread_census.py
-OUT_JSON [--seconds 300] [--every 0.1] [--from-step 4] [--pid PID ...]``
+OUT_JSON [--seconds 300] [--every 0.1] [--from-step 4] [--linger 10] [--pid PID ...]``
 
 Every EVERY seconds, for each SpecForge training process on this machine (a command line holding
 ``specforge.cli`` and ``output_dir=``) whose run has logged FROM_STEP-1 lockstep turns
@@ -9,9 +9,9 @@ and, for a running thread, its kernel stack (``stack``, root only). Per thread n
 ``comm``: native threads that never named themselves carry the interpreter's, ``python3``) it
 writes how many threads, their CPU seconds (user and system) over the sampled window, and the
 sample counts of each state, system call, wait channel and kernel stack top. Read only; the run it
-watches pays the reads (about 60 threads x 4 small files per sample), so use it in a diagnostic
-sweep, never in a verdict. It stops after SECONDS, or 10 s after the last sampled run ended with
-none after it. Linux only. Used for results/h200-specforge-threads/.
+watches pays the reads (some 110 threads x 4 small files per look), so use it in a diagnostic
+sweep, never in a verdict. It stops after SECONDS, or LINGER seconds (default 10) after the last sampled
+run ended with none after it. Linux only. Used for results/h200-specforge-threads/.
 """
 
 from __future__ import annotations
@@ -80,6 +80,9 @@ def main() -> int:
     ap.add_argument("--every", type=float, default=0.1)
     ap.add_argument("--from-step", type=int, default=4)
     ap.add_argument(
+        "--linger", type=float, default=10.0, help="seconds to wait for another run once the last ended"
+    )
+    ap.add_argument(
         "--pid", type=int, action="append", help="only this process (repeatable; default: every run)"
     )
     a = ap.parse_args()
@@ -97,7 +100,7 @@ def main() -> int:
     while time.monotonic() < deadline:
         found = {pid: rdir for pid, rdir in trainers().items() if not a.pid or pid in a.pid}
         gone = None if found or not samples else gone or time.monotonic()
-        if gone is not None and time.monotonic() - gone > 10:  # the sampled runs ended, none started since
+        if gone is not None and time.monotonic() - gone > a.linger:  # the sampled runs ended, none since
             break
         for pid, rdir in found.items():
             turns = read(str(rdir / "lockstep.jsonl")).count("\n")
