@@ -19,9 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.trainers.specforge_cli.turns import task_stats  # noqa: E402
 
 SYSCALLS = {0: "read", 1: "write", 7: "poll", 9: "mmap", 10: "mprotect", 11: "munmap", 16: "ioctl"}
 SYSCALLS |= {23: "select", 24: "sched_yield", 28: "madvise", 35: "nanosleep", 202: "futex"}
@@ -49,14 +54,10 @@ def trainers() -> dict[int, Path]:
 
 def sample(pid: int, census: dict, cpu: dict) -> None:
     """One look at every thread of ``pid`` but its main one."""
-    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
-        if int(tid) == pid:
+    for tid, (comm, rest) in task_stats(f"/proc/{pid}/task").items():
+        if tid == pid:
             continue
         base = f"/proc/{pid}/task/{tid}"
-        stat = read(f"{base}/stat")
-        if not stat:
-            continue
-        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
         state, user, system = rest[0], int(rest[11]), int(rest[12])
         c = census[comm]
         c["tids"].add(f"{pid}/{tid}")

@@ -28,6 +28,7 @@ profiled steps themselves run slower and are left out of any level the report st
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -40,19 +41,14 @@ def _threads() -> dict:
     """Every thread of this process: name, CPU seconds, last CPU, context switches."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
-    for tid in os.listdir("/proc/self/task"):
-        base = f"/proc/self/task/{tid}"
+    for tid, (name, fields) in _sibling("turns").task_stats().items():
         try:
-            with open(f"{base}/stat") as f:
-                raw = f.read()
-            with open(f"{base}/status") as f:
+            with open(f"/proc/self/task/{tid}/status") as f:
                 status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
         except OSError:
             continue
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2 :].split()
         # fields[0] is field 3 of stat (the state): shift the 0-based field numbers by 2
-        out[tid] = {
+        out[str(tid)] = {
             "name": name,
             "cpu_s": (int(fields[STAT_FIELDS["utime"] - 2]) + int(fields[STAT_FIELDS["stime"] - 2])) / tick,
             "cpu": int(fields[STAT_FIELDS["processor"] - 2]),
@@ -393,9 +389,10 @@ class PerturbUlp(_FirstStep):
         return {**doc, "ulp_of": self.ulp_dtype, "direction": "random", "seed": self.SEED}
 
 
+@functools.cache
 def _sibling(name: str):
-    """A module beside this file, loaded by path: this file runs in the user's interpreter, where
-    nothing of this checkout is importable (bench/trainers/isolation.py)."""
+    """A module beside this file, loaded by path once: this file runs in the user's interpreter,
+    where nothing of this checkout is importable (bench/trainers/isolation.py)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(

@@ -13,6 +13,25 @@ import os
 import time
 
 
+def task_stats(task_dir: str = "/proc/self/task") -> dict[int, tuple[str, list[str]]]:
+    """Each thread under ``task_dir`` (Linux's /proc/<pid>/task): its kernel name and its stat
+    fields from field 3 (the state) on, so field N of proc(5) is ``fields[N - 3]``; empty where
+    there is no such directory. A thread that ends while it is read is left out."""
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        try:
+            with open(f"{task_dir}/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        out[int(tid)] = (stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split())
+    return out
+
+
 class Lockstep:
     """The two runs of a lockstep pair take turns on one card, one optimizer step each: role 0
     runs step k while role 1 waits, then role 1 runs its step k while role 0 waits, and so on
@@ -69,25 +88,15 @@ class Lockstep:
 
     @staticmethod
     def _threads() -> dict[int, tuple[str, int, int]]:
-        """Every thread's (name, user ticks, system ticks) from /proc/self/task (empty elsewhere):
-        fields 14 and 15 of its stat, after the name in parentheses."""
+        """Every thread's (name, user ticks, system ticks): stat fields 14 and 15, named by Python
+        where Python knows the thread, else by the kernel."""
         import threading
 
         named = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
-        out = {}
-        try:
-            tids = os.listdir("/proc/self/task")
-        except OSError:
-            return out
-        for tid in tids:
-            try:
-                with open(f"/proc/self/task/{tid}/stat") as f:
-                    stat = f.read()
-            except OSError:  # the thread ended meanwhile
-                continue
-            comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-            out[int(tid)] = (named.get(int(tid), comm), int(rest[11]), int(rest[12]))
-        return out
+        return {
+            tid: (named.get(tid, comm), int(fields[11]), int(fields[12]))
+            for tid, (comm, fields) in task_stats().items()
+        }
 
     def _thread_cpu(self, now: dict[int, tuple[str, int, int]]) -> dict[str, dict[str, float]]:
         """The turn's CPU time per thread name (threads of one name summed): user and system seconds."""
