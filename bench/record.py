@@ -21,11 +21,15 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from bench.errors import SweepError
-from bench.fileio import atomic_write_json, read_json, writing
+from bench.fileio import atomic_write_json, read_json, read_jsonl, writing
 
 CELL_JSON = "cell.json"
 RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
+# A lockstep run's turns (pairing: lockstep): one line per optimizer step with its own turn's
+# wall-clock ``started`` and ``ended`` (bench/trainers/specforge_cli/turns.py writes it, in the
+# user's interpreter; the wrapper and the results name it through here).
+LOCKSTEP_JSONL = "lockstep.jsonl"
 
 R = TypeVar("R", bound="_Record")
 
@@ -346,3 +350,9 @@ class MetricsWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_turns(rdir: Path) -> dict[int, dict]:
+    """A lockstep run's turns by step (LOCKSTEP_JSONL), {} for a run that took none; a line cut
+    short or without a step number is skipped."""
+    return {r["step"]: r for r in read_jsonl(Path(rdir) / LOCKSTEP_JSONL) if _is_int(r.get("step"))}

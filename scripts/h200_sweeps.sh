@@ -54,6 +54,14 @@
 #             SpecForge's own key), lockstep, 3 pairs
 #   sfabarm   `python -m bench ab --trainer specforge-cli -c <the prepared 4B run.yaml> --arm
 #             torchsdpa:training.attention_backend=sdpa`: the same from the command line
+#   sfmemlock configs/h200-specforge-memory-lockstep.yaml: lockstep pairs with each run's own peak
+#             VRAM (per-process poll) and energy over its own turns (3 pairs)
+#   sfmemseq  configs/h200-specforge-memory-sequential.yaml: the same cell in sequential pairs, the
+#             memory figures' reference (3 pairs; run it in the same call as sfmemlock)
+#   sfabdefault `python -m bench ab --trainer specforge-cli -c <the prepared 4B run.yaml> --python ...`
+#             with no other flag: the default A/B (lockstep, heap frozen, 3 warm-up steps)
+#   sfabseq   the same with the sequential A/B's settings (--set-sweep pairing=sequential --set-sweep
+#             trainer_gc_freeze=false --warmup-steps 1), at most 4 pairs: the side-by-side
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
@@ -86,7 +94,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-specforge-memory-lockstep h200-specforge-memory-sequential h200-specforge-ab-default h200-specforge-ab-sequential h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -182,6 +190,17 @@ for spec in $stages; do
         -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --steps 8 --pairs 2 \
         --arm torchsdpa:training.attention_backend=sdpa \
         training.num_anchors=512 training.accumulation_steps=4 --out $W/h200-specforge-ab-userarm --resume ;;
+    sfmemlock) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-memory-lockstep python3 -m bench sweep configs/h200-specforge-memory-lockstep.yaml --out $W/h200-specforge-memory-lockstep --resume ;;
+    sfmemseq) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
+        run_stage h200-specforge-memory-sequential python3 -m bench sweep configs/h200-specforge-memory-sequential.yaml --out $W/h200-specforge-memory-sequential --resume ;;
+    sfabdefault) sfenv && run_stage h200-specforge-ab-default python3 -m bench ab --trainer specforge-cli \
+        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --python /tmp/sfenv/python training.accumulation_steps=4 training.num_anchors=512 \
+        --out $W/h200-specforge-ab-default --resume ;;
+    sfabseq) sfenv && run_stage h200-specforge-ab-sequential python3 -m bench ab --trainer specforge-cli \
+        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --python /tmp/sfenv/python training.accumulation_steps=4 training.num_anchors=512 \
+        --set-sweep pairing=sequential --set-sweep trainer_gc_freeze=false --warmup-steps 1 --max-pairs 4 \
+        --out $W/h200-specforge-ab-sequential --resume ;;
     sfpause) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-pause python3 -m bench sweep configs/h200-specforge-pause.yaml --out $W/h200-specforge-pause --resume ;;
     sfparity200) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \

@@ -210,7 +210,9 @@ def test_a_lockstep_ab_of_the_real_cli_alternates_steps_and_times_each_by_its_ow
             spans += [(r["started"], r["ended"], rdir.name) for k, r in recs.items() if k >= 2]
             cell = json.loads((rdir / "cell.json").read_text())
             assert cell["pairing"]["mode"] == "lockstep"
-            assert json.loads((rdir / "vram.json").read_text())["status"] == "disabled"
+            vram = json.loads((rdir / "vram.json").read_text())  # the pair's poll, drawn per run's process
+            assert (vram["scope"], vram["status"]) == ("process", "unavailable")  # no GPU library here
+            assert vram["pid"] != os.getpid() and isinstance(vram["pid"], int)  # the run's training process
         spans.sort()
         assert all(a[1] <= b[0] + 1e-3 and a[2] != b[2] for a, b in zip(spans, spans[1:]))
         losses = [[r["loss"] for r in metrics(d)] for d in rdirs]

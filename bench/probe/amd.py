@@ -235,6 +235,17 @@ class AmdSmiBackend(_Fields):
             out.append({"energy_j": energy, "power_w": power})
         return out
 
+    def power_limit_w(self) -> list[float | None]:
+        """Per card, the power cap (W; read, never set): ``amdsmi_get_power_cap_info``'s ``power_cap``,
+        in microwatts (amdsmi.h, Linux); None where it cannot be read."""
+        out = []
+        for h in self._handles:
+            try:
+                out.append(_number(self._smi.amdsmi_get_power_cap_info(h).get("power_cap"), 1e-6, _AMD_SENTINELS))
+            except Exception:
+                out.append(None)
+        return out
+
     def driver_version(self) -> str | None:
         try:
             return _text(self._smi.amdsmi_get_gpu_driver_info(self._handles[0])["driver_version"])

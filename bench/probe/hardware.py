@@ -182,6 +182,27 @@ def detect() -> dict:
     }
 
 
+def machine_facts() -> dict:
+    """What the report's provenance names in every mode, also with the poller off: ``hostname``,
+    ``driver_version`` (the GPU driver's) and ``power_limits_w`` (per card, read and never set);
+    None and [] where there is no GPU library. Never raises."""
+    import socket
+
+    facts: dict = {"hostname": socket.gethostname(), "driver_version": None, "power_limits_w": []}
+    backend, _ = open_backend("auto")
+    if backend is None:
+        return facts
+    try:
+        facts["driver_version"] = backend.driver_version()
+        read = getattr(backend, "power_limit_w", None)
+        facts["power_limits_w"] = [None if w is None else round(w, 1) for w in read()] if read else []
+    except Exception:
+        pass
+    finally:
+        backend.close()
+    return facts
+
+
 def describe(info: dict) -> str:
     """ "no GPU" or e.g. "NVIDIA A100-SXM4-80GB x8" (partitioned AMD cards say so)."""
     names = info.get("gpu_names") or []

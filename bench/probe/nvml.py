@@ -160,6 +160,10 @@ class NvmlBackend(_Fields):
             out.append({"energy_j": energy, "power_w": power})
         return out
 
+    def power_limit_w(self) -> list[float | None]:
+        """Per card, the power limit the driver enforces (W; read, never set), None where NVML cannot say."""
+        return [_read(self._nv.nvmlDeviceGetEnforcedPowerLimit, h, scale=1e-3) for h in self._handles]  # mW
+
     def driver_version(self) -> str | None:
         try:
             return _text(self._nv.nvmlSystemGetDriverVersion())

@@ -6,8 +6,12 @@ summary (docs/run-contract.md) on ``stop()``. In the same thread, at most once p
 ``state_interval_s``, it reads each card's clocks, temperature and power (read only; nothing
 is ever set) and summarizes them per card; at most once per ``power_interval_s`` (0.1 s) it
 reads each card's energy counter, or its power where there is none, into timed rows for the
-energy of the run's measured steps (bench/results/energy.py). It never raises: a missing library
-gives status "unavailable" with a reason, and errors while sampling are counted.
+energy of the run's measured steps (bench/results/energy.py). With ``per_process`` it also reads,
+at every sample, the memory each process holds on each card (``Backend.processes``: NVML's running
+processes, AMD SMI's process list) and keeps each process's peak (``process_peaks`` in the summary):
+what a lockstep pair's two runs, sharing one card, each held (bench/probe/pairvram.py). It never
+raises: a missing library gives status "unavailable" with a reason, and errors while sampling are
+counted.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class VramPoller:
     ``power_interval_s``: seconds between energy reads (``Backend.energy``; <= 0: none).
     ``name``: the files' stem, ``<name>.jsonl`` and ``<name>.json`` (one node of a multi-node
     run writes ``vram_node_<node>``: bench/probe/nodevram.py).
+    ``per_process``: each process's memory per card read at every sample, its peak kept.
     """
 
     def __init__(
@@ -75,6 +80,7 @@ class VramPoller:
         state_interval_s: float = 1.0,
         name: str = "vram",
         power_interval_s: float = POWER_INTERVAL_S,
+        per_process: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.name = name
@@ -102,6 +108,8 @@ class VramPoller:
         self._summary: dict | None = None
         self._procs = ProcessLog()
         self._reserved: list[int | None] = []
+        self.per_process = bool(per_process)
+        self._proc_peaks: dict[tuple[int, int], list[int]] = {}  # (card, pid) -> [peak bytes, samples]
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -208,7 +216,15 @@ class VramPoller:
             "memory_api": getattr(self._backend, "memory_api", None),
             "devices": devices,
             "processes": self._procs.summary(),
+            **({"process_peaks": self._process_peaks()} if self.per_process else {}),
         }
+
+    def _process_peaks(self) -> list[dict]:
+        """Per (card, pid) seen at the samples: its largest memory and in how many samples it was seen."""
+        return [
+            {"card": card, "pid": pid, "peak_used_gib": _gib(peak), "n_samples": n}
+            for (card, pid), (peak, n) in sorted(self._proc_peaks.items())
+        ]
 
     # -- sampling ----------------------------------------------------------------------
 
@@ -250,6 +266,21 @@ class VramPoller:
         self._peak = used if self._peak is None else [max(a, b) for a, b in zip(self._peak, used)]
         self.n_samples += 1
         self._buffer.append({"t": round(time.time(), 3), "used_gib": [round(u / GIB, 3) for u in used]})
+        if self.per_process:
+            self._sample_processes()
+
+    def _sample_processes(self) -> None:
+        """Each process's memory per card now, into its peak (a process NVML lists without a figure
+        counts as seen, not as 0 bytes)."""
+        for card, procs in enumerate(self._read("processes") or []):
+            for p in procs or []:
+                if not isinstance(p, dict) or not isinstance(p.get("pid"), int):
+                    continue
+                peak = self._proc_peaks.setdefault((card, p["pid"]), [None, 0])
+                used = p.get("used_bytes")
+                peak[1] += 1
+                if isinstance(used, int | float) and (peak[0] is None or used > peak[0]):
+                    peak[0] = int(used)
 
     def _sample_state(self) -> None:
         try:

@@ -13,6 +13,14 @@ it; otherwise the run's energy is NaN and ``energy_source`` says why: "n/a (...)
 ``power_interval_s`` is the median interval between the readings used (the coarsest card's), so
 the resolution is stated with the number.
 
+A lockstep run (``pairing: lockstep``) shares its card with its partner, taking turns one optimizer
+step each: its energy is the sum over its own measured turns (``turns``: each turn's wall-clock start
+and end from lockstep.jsonl), each turn's joules from the same sources, the readings interpolated at
+the turn's two ends. A turn counts when readings bracket it and no gap between the readings around
+it exceeds MAX_TURN_GAP_FRACTION of it (a turn has no minimum of readings inside: it lasts about a
+second, and the counter itself moves about every 0.1 s on the H200); a turn that fails makes the run
+n/a, naming the turn. The source then reads "... over own turns".
+
 The run's cards: on each node, the cell's ``gpus`` cards whose memory rose most over their idle
 baseline (every polled card when the cell does not say). Cards split into compute partitions
 give n/a: the power a partition reports is the whole card's.
@@ -36,9 +44,11 @@ COUNTER = "energy counter"
 INTEGRAL = "power integral"
 MIN_READINGS = 5  # readings strictly inside the measured window
 MAX_GAP_FRACTION = 0.2  # the largest gap between readings, as a share of the window
+MAX_TURN_GAP_FRACTION = 0.5  # the same for one lockstep turn
+OWN_TURNS = " over own turns"
 
 
-def _na(reason: str) -> dict[str, Any]:
+def na(reason: str) -> dict[str, Any]:
     return {**dict.fromkeys(ENERGY_COLUMNS, NAN), "energy_source": f"n/a ({reason[:300]})"}
 
 
@@ -61,31 +71,33 @@ def _series(rows: list[dict], card: int, key: str) -> tuple[np.ndarray, np.ndarr
     return times, np.array([points[t] for t in times], dtype=float)
 
 
-def _coverage(t: np.ndarray, t0: float, t1: float) -> tuple[slice, float] | str:
+def _coverage(t: np.ndarray, t0: float, t1: float, turn: bool = False) -> tuple[slice, float] | str:
     """The readings from the last at or before ``t0`` to the first at or after ``t1`` and the
-    median interval between them, or why they do not measure the window."""
+    median interval between them, or why they do not measure the window (``turn``: one lockstep
+    turn, held to its own rule: no minimum of readings inside, MAX_TURN_GAP_FRACTION)."""
     span = t1 - t0
+    what = "turn" if turn else "measured window"
     if t[0] > t0:
-        return f"its first reading is {t[0] - t0:.2f} s after the measured window's start"
+        return f"its first reading is {t[0] - t0:.2f} s after the {what}'s start"
     if t[-1] < t1:
-        return f"its last reading is {t1 - t[-1]:.2f} s before the measured window's end"
+        return f"its last reading is {t1 - t[-1]:.2f} s before the {what}'s end"
     inside = int(((t > t0) & (t < t1)).sum())
-    if inside < MIN_READINGS:
+    if not turn and inside < MIN_READINGS:
         return f"{inside} readings inside the {span:.2f}-s measured window, at least {MIN_READINGS} needed"
     i0 = int(np.searchsorted(t, t0, side="right")) - 1
     i1 = int(np.searchsorted(t, t1, side="left"))
     gaps = np.diff(t[i0 : i1 + 1])
-    if gaps.max() > MAX_GAP_FRACTION * span:
-        return (
-            f"a {gaps.max():.2f}-s gap between readings, more than {MAX_GAP_FRACTION:.0%} of the "
-            f"{span:.2f}-s measured window"
-        )
+    limit = MAX_TURN_GAP_FRACTION if turn else MAX_GAP_FRACTION
+    if not len(gaps):  # a reading exactly at both ends
+        return slice(i0, i1 + 1), span
+    if gaps.max() > limit * span:
+        return f"a {gaps.max():.2f}-s gap between readings, more than {limit:.0%} of the {span:.2f}-s {what}"
     return slice(i0, i1 + 1), float(np.median(gaps))
 
 
-def _counter(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[float, float] | str:
+def _counter(t: np.ndarray, v: np.ndarray, t0: float, t1: float, turn: bool = False) -> tuple[float, float] | str:
     """Joules from an energy counter: its value at ``t1`` minus at ``t0``, each interpolated."""
-    covered = _coverage(t, t0, t1)
+    covered = _coverage(t, t0, t1, turn)
     if isinstance(covered, str):
         return covered
     span, dt = covered
@@ -94,10 +106,10 @@ def _counter(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[float,
     return float(np.interp(t1, t, v) - np.interp(t0, t, v)), dt
 
 
-def _integral(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[float, float] | str:
+def _integral(t: np.ndarray, v: np.ndarray, t0: float, t1: float, turn: bool = False) -> tuple[float, float] | str:
     """Joules from power readings: the trapezoid rule from ``t0`` to ``t1``, the power at the two
     ends interpolated between the readings around them."""
-    covered = _coverage(t, t0, t1)
+    covered = _coverage(t, t0, t1, turn)
     if isinstance(covered, str):
         return covered
     inner = (t > t0) & (t < t1)
@@ -106,8 +118,24 @@ def _integral(t: np.ndarray, v: np.ndarray, t0: float, t1: float) -> tuple[float
     return float(np.sum((ps[1:] + ps[:-1]) / 2 * np.diff(ts))), covered[1]
 
 
-def _card(rows: list[dict], card: int, t0: float, t1: float) -> tuple[float, str, float] | str:
-    """(joules, source, median interval) of one card over the window, or why there are none."""
+def _over_turns(integrate, t: np.ndarray, v: np.ndarray, turns: list[tuple[float, float]]) -> tuple[float, float] | str:
+    """Joules summed over a lockstep run's own turns, and the median interval of the readings; or
+    the first turn the readings cannot attribute, and why."""
+    total, intervals = 0.0, []
+    for i, (t0, t1) in enumerate(turns):
+        result = integrate(t, v, t0, t1, True)
+        if isinstance(result, str):
+            return f"own turn {i + 1} of {len(turns)}: {result}"
+        total += result[0]
+        intervals.append(result[1])
+    return total, float(np.median(intervals))
+
+
+def _card(
+    rows: list[dict], card: int, t0: float, t1: float, turns: list[tuple[float, float]] | None = None
+) -> tuple[float, str, float] | str:
+    """(joules, source, median interval) of one card over the window (``turns``: over a lockstep
+    run's own turns alone), or why there are none."""
     problems = []
     for source, key, integrate in (
         (COUNTER, "energy_j", _counter),
@@ -117,9 +145,9 @@ def _card(rows: list[dict], card: int, t0: float, t1: float) -> tuple[float, str
         t, v = _series(rows, card, key)
         if not len(t):
             continue
-        result = integrate(t, v, t0, t1)
+        result = integrate(t, v, t0, t1) if turns is None else _over_turns(integrate, t, v, turns)
         if not isinstance(result, str):
-            return result[0], source, result[1]
+            return result[0], source + (OWN_TURNS if turns is not None else ""), result[1]
         problems.append(f"{'power (state rows)' if key == 'state' else source}: {result}")
     return "; ".join(problems) or "no energy or power readings"
 
@@ -161,20 +189,28 @@ def _unusable(vram: dict | None, window: tuple[float, float] | None) -> str | No
 
 
 def run_energy(
-    run_dir: Path, vram: dict | None, window: tuple[float, float] | None, samples: float, gpus: Any
+    run_dir: Path,
+    vram: dict | None,
+    window: tuple[float, float] | None,
+    samples: float,
+    gpus: Any,
+    turns: list[tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """runs.csv's energy columns (ENERGY_COLUMNS) of one run: the joules of its cards over the
-    measured ``window`` (wall-clock start, end), per sample (``samples`` measured in it)."""
+    measured ``window`` (wall-clock start, end), per sample (``samples`` measured in it); ``turns``:
+    a lockstep run's own measured turns, summed instead (the window then spans them)."""
+    if turns is not None:
+        window = (turns[0][0], turns[-1][1]) if turns else None
     why = _unusable(vram, window)
     if why:
-        return _na(why)
+        return na(why)
     t0, t1 = window
     devices = [d for d in vram["devices"] if isinstance(d, dict)]
     total, sources, intervals, problems = 0.0, [], [], []
     for node, cards in _run_cards(devices, gpus).items():
         rows = read_jsonl(run_dir / ("vram.jsonl" if node is None else f"vram_node_{node}.jsonl"))
         for card in cards:
-            result = _card(rows, card, t0, t1)
+            result = _card(rows, card, t0, t1, turns)
             name = f"card {card}" if node is None else f"node {node} card {card}"
             if isinstance(result, str):
                 problems.append(f"{name}: {result}")
@@ -183,7 +219,7 @@ def run_energy(
             sources.append(result[1])
             intervals.append(result[2])
     if problems:
-        return _na("; ".join(problems))
+        return na("; ".join(problems))
     return {
         "energy_j": total,
         "energy_j_per_sample": total / samples if samples > 0 else NAN,

@@ -9,6 +9,7 @@ import shlex
 import pandas as pd
 
 from bench import fmt
+from bench.results.prsummary import power_limit_text
 from bench.results.records import RunRecord
 from bench.results.tables import join_unique
 
@@ -29,9 +30,14 @@ def provenance_section(sweep: dict, runs: pd.DataFrame) -> list[str]:
     machine = (sweep.get("hardware") or {}).get("gpu_count")
     count = f"{machine} on the driver's machine" if machine else val("gpu_count")
     gpu_text = f"{gpus} × {count}" if gpus else "none (CPU)"
+    hardware = sweep.get("hardware") or {}  # the driver's own reading, also with the poller off
+    host = join_unique(src["hostname"]) or hardware.get("hostname") or "unknown"
+    driver = join_unique(src["driver_version"]) or hardware.get("driver_version") or "unknown"
+    limit = power_limit_text(hardware)
+    limit = f"; power limit {limit} (read, never set)" if limit and gpus else ""
     return [
-        f"- **Host:** {fmt.md(val('hostname'))}",
-        f"- **GPUs:** {fmt.md(gpu_text)}; driver {fmt.md(val('driver_version'))}",
+        f"- **Host:** {fmt.md(host)}",
+        f"- **GPUs:** {fmt.md(gpu_text)}; driver {fmt.md(driver)}{limit}",
         f"- **Versions:** torch {val('torch_version')}, triton {val('triton_version')}, "
         f"transformers {val('transformers_version')}, liger-kernel {val('liger_version')}",
         f"- **Git commit:** {val('git_commit')}",

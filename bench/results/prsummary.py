@@ -18,7 +18,7 @@ from bench.arms import AA, BASELINE
 from bench.results import parity_gate
 from bench.results.forest import cell_label, delta_text
 from bench.results.tables import distinct_values
-from bench.results.verdicts import DECIDED, Speed, speed_kind
+from bench.results.verdicts import Speed, speed_kind
 
 CONSOLE_WIDTH = 100
 PR_TABLE_HEADER = [
@@ -45,7 +45,9 @@ def _vram(r: Any) -> str:
         lo = hi = float("nan")
     ci = delta_text(r.delta_peak_vram_gib, lo, hi, "+.2f", " GiB")
     pct = "" if fmt.isnan(r.delta_peak_vram_pct) else f" ({fmt.f(r.delta_peak_vram_pct, '+.1f')}%)"
-    return f"{ci}{pct} peak VRAM"
+    verdict = getattr(r, "verdict_memory", None)
+    word = f" ({verdict.split(':')[0]})" if isinstance(verdict, str) and verdict else ""
+    return f"{ci}{pct} peak VRAM{word}"
 
 
 def _energy(r: Any) -> str:
@@ -91,8 +93,9 @@ def energy_coverage(runs: pd.DataFrame, cell_id: Any) -> str:
 
 
 def delta_line(r: Any, energy_note: str = "") -> str:
-    """``liger vs baseline: +16.2% [+15.3, +17.2] throughput (6 pairs), -5.21 GiB [...] (-18.0%) peak
-    VRAM, loss parity pass (6/6)``; the verdict in words when there is no Δ. A precision target the
+    """``liger vs baseline: +16.2% [+15.3, +17.2] throughput (6 pairs; faster), -5.21 GiB [...] (-18.0%)
+    peak VRAM (leaner), loss parity pass (6/6)``: each Δ with its verdict's words; the verdict in words
+    when there is no Δ. A precision target the
     CI missed is said in the pairs' parenthesis; ``energy_note``: energy_coverage's."""
     speed = delta_text(
         r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low, r.delta_samples_per_s_pct_ci95_high
@@ -104,7 +107,7 @@ def delta_line(r: Any, energy_note: str = "") -> str:
     kind = speed_kind(verdict)
     if kind is Speed.AA_TOO_NOISY:  # the reason, which is the message: this machine, not the suite
         pairs += f"; A/A: {verdict.removeprefix('A/A check not passed: ').split(' (')[0]}"
-    elif kind not in DECIDED:
+    else:  # the verdict's words, decided or not (faster, within ±1%, inconclusive, ...)
         pairs += f"; {verdict.split(':')[0]}"
     pairs += _precision(r)
     parity = r.loss_parity if isinstance(r.loss_parity, str) else "n/a"
@@ -118,17 +121,24 @@ def _headline(cell: pd.DataFrame) -> Any | None:
     return (liger or others or [None])[0]
 
 
-def machine_line(runs: pd.DataFrame) -> str:
-    """``NVIDIA H200 × 1, driver 580.159.04 · torch 2.11.0+cu130 · liger-kernel 0.8.5 · commit 14a81195fd82``."""
+def machine_line(runs: pd.DataFrame, sweep: dict | None = None) -> str:
+    """``NVIDIA H200 × 1, driver 580.159.04, power limit 700 W · torch 2.11.0+cu130 · liger-kernel
+    0.8.5 · commit 14a81195fd82``: the driver from the runs, else from the driver's own reading
+    (sweep.json's ``hardware``, taken also with the poller off), and the power limit read there."""
 
     def val(col: str) -> str:
         return ", ".join(distinct_values(runs[col])) if col in runs else ""
 
+    hardware = (sweep or {}).get("hardware") or {}
     gpu = val("gpu_name") or "CPU"
     count = val("gpu_count")
     parts = [f"{gpu} × {count}" if count and gpu != "CPU" else gpu]
-    if val("driver_version"):
-        parts[0] += f", driver {val('driver_version')}"
+    driver = val("driver_version") or hardware.get("driver_version")
+    if driver:
+        parts[0] += f", driver {driver}"
+    limit = power_limit_text(hardware)
+    if limit and gpu != "CPU":
+        parts[0] += f", power limit {limit}"
     parts += [
         f"{name} {val(col)}"
         for name, col in (("torch", "torch_version"), ("liger-kernel", "liger_version"))
@@ -137,6 +147,12 @@ def machine_line(runs: pd.DataFrame) -> str:
     if val("git_commit"):
         parts.append(f"commit {val('git_commit')}")
     return " · ".join(parts)
+
+
+def power_limit_text(hardware: dict) -> str:
+    """``700 W`` (each distinct card limit once) from sweep.json's ``hardware``; "" when unknown."""
+    limits = [w for w in hardware.get("power_limits_w") or [] if isinstance(w, int | float)]
+    return ", ".join(f"{w:g} W" for w in dict.fromkeys(limits))
 
 
 def _row(r: Any) -> list[str]:
@@ -161,7 +177,7 @@ def pr_summary(
     training-parity table); a table and a Δ line per cell, the machine line, the command."""
     found = parity_gate.failures(summary, training)
     lines = ["## Summary", "", *([f"**{fmt.md(parity_gate.headline(found))}**", ""] if found else [])]
-    lines += [f"{machine_line(runs)}.", ""]
+    lines += [f"{machine_line(runs, sweep)}.", ""]
     for cell in _cells(summary):
         first = next(cell.itertuples())
         lines += [
@@ -196,7 +212,7 @@ def console_summary(
 ) -> list[str]:
     """The same facts as ``pr_summary`` in plain text, every line at most ``width`` columns."""
     found = parity_gate.failures(summary, training)
-    lines = [*(_wrap(parity_gate.headline(found), width) if found else []), *_wrap(machine_line(runs), width)]
+    lines = [*(_wrap(parity_gate.headline(found), width) if found else []), *_wrap(machine_line(runs, sweep), width)]
     for cell in _cells(summary):
         lines += ["", *_wrap(cell_label(next(cell.itertuples())), width)]
         lines.append(f"  {'arm':<16} {'ok':>5} {'samples/s':>10} {'s/step':>8} {'peak VRAM':>10}")

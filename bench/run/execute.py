@@ -17,7 +17,7 @@ from typing import Any
 
 from bench.config import Run, SweepConfig
 from bench.fileio import atomic_write_json
-from bench.probe import nodevram, vram
+from bench.probe import nodevram, pairvram, vram
 from bench.procs.launcher import run_process
 from bench.record import CellDoc, RunDoc, write_run
 from bench.run.engine import LOST, Lost, StepHooks
@@ -32,23 +32,32 @@ def launch_polled(
     env: dict,
     fork: bool = False,
     step: StepHooks | None = None,
-    pair_dirs: list[Path] | None = None,
+    pair: tuple[Path, list[Path]] | None = None,
 ) -> tuple[int, bool]:
     """The process tree, with this machine's cards polled around it (multi-node: each node
     polls its own beside its agent, bench/probe/nodevram.py, gathered here afterwards); ``step``:
     the engine's hooks on it (a Slurm job step: found, ended with scancel, recorded).
-    ``pair_dirs``: the other run directories of a lockstep pair whose tree this is: the card is
-    shared, so nothing is polled (each run's allocator peak comes from inside its process) and the
-    limit is twice a run's."""
+    ``pair``: the pair directory and the other run directories of a lockstep pair whose tree this
+    is: the card is shared, so the poll goes to the pair directory with each process's memory read
+    at every sample, and each run's own vram.json is drawn from it afterwards
+    (bench/probe/pairvram.py); energy is read every LOCKSTEP_POWER_INTERVAL_S (each run's share is
+    its own turns'); the limit is twice a run's."""
     poller = None
     multinode = run.cell.nodes > 1
-    if pair_dirs is not None:
-        why = LOCKSTEP_VRAM
-        for d in [rdir, *pair_dirs]:
-            atomic_write_json(d / "vram.json", {"backend": "none", "status": "disabled", "reason": why})
-    elif not cfg.polls(run.arm):
+    if not cfg.polls(run.arm):
         why = "poll_vram: false" if not cfg.poll_vram else f"arm {run.arm} runs without the poller"
-        atomic_write_json(rdir / "vram.json", {"backend": "none", "status": "disabled", "reason": why})
+        for d in [rdir, *(pair[1] if pair else [])]:
+            atomic_write_json(d / "vram.json", {"backend": "none", "status": "disabled", "reason": why})
+    elif pair is not None:
+        poller = quietly(
+            "VRAM poller",
+            lambda: vram.VramPoller(
+                pair[0],
+                interval_s=cfg.poll_interval_s,
+                power_interval_s=LOCKSTEP_POWER_INTERVAL_S,
+                per_process=True,
+            ),
+        )
     elif not multinode:
         poller = quietly("VRAM poller", lambda: vram.VramPoller(rdir, interval_s=cfg.poll_interval_s))
     if poller is not None:
@@ -58,7 +67,7 @@ def launch_polled(
             argv,
             rdir / "stdout.log",
             rdir / "launch.json",
-            run.cell.timeout_s * (2 if pair_dirs is not None else 1),
+            run.cell.timeout_s * (2 if pair is not None else 1),
             tick if step is None else _both(step.watch, tick),
             env,
             fork=fork,
@@ -67,6 +76,8 @@ def launch_polled(
     finally:
         if poller is not None:
             quietly("VRAM poller", poller.stop)
+            if pair is not None:
+                quietly("VRAM of the pair's runs", lambda: pairvram.split(pair[0], [rdir, *pair[1]]))
         if step is not None:  # also when the driver was stopped (it ended the step)
             quietly("step record", lambda: step.record(rdir))
     if multinode and cfg.polls(run.arm):
@@ -74,10 +85,12 @@ def launch_polled(
     return result
 
 
-LOCKSTEP_VRAM = (
-    "pairing: lockstep: both runs of the pair share the card, so the card's peak is the pair's; "
-    "each run's own peak is its allocator's (torch_peak_reserved_gib)"
-)
+# A lockstep turn lasts about a second (the 4B cell: 0.8-1.2 s) and its energy is the counter's
+# value at the turn's end minus at its start, each interpolated between the readings around it. On
+# the H200 (driver 580.159.04) the counter moves about every 0.1 s, so reading it more often adds
+# nothing, and reading it every 0.25 s (a sequential run's rate) would leave a turn's ends that
+# much further from a reading.
+LOCKSTEP_POWER_INTERVAL_S = 0.1
 
 
 def record_lost(rdir: Path, doc: RunDoc, lost: Lost) -> RunDoc:

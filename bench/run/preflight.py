@@ -95,11 +95,13 @@ def check_imports(missing: list[str]) -> None:
 
 
 def detect() -> dict:
+    """This machine (hardware.detect) with its host name, GPU driver and power limits
+    (hardware.machine_facts): sweep.json's ``hardware``, and what the plugs record as provenance."""
     try:
         info = hardware.detect()
     except ValueError as e:  # bench.probe.hardware.HardwareError
         raise SweepError(str(e)) from None
-    return info if isinstance(info, dict) else {}
+    return {**info, **hardware.machine_facts()} if isinstance(info, dict) else {}
 
 
 def hardware_problem(cfg: SweepConfig, info: dict) -> str | None:

@@ -262,7 +262,7 @@ class Session:
         env = execute.compile_env(self.compile_dir(runs[0].cell))
         try:
             rc, timed_out = execute.launch_polled(
-                self.cfg, runs[0], rdir_a, argv, tick, env, pair_dirs=[rdir_b]
+                self.cfg, runs[0], rdir_a, argv, tick, env, pair=(pdir, [rdir_b])
             )
         finally:  # the FIFOs: nothing to keep (a copied or archived sweep holds no pipes)
             for role in range(2):

@@ -321,6 +321,8 @@ class SpecForgeCliPlug:
                 "hostname": socket.gethostname(),
                 "gpu_names": self.info.get("gpu_names") or [],
                 "gpu_count": self.info.get("gpu_count"),
+                "driver_version": self.info.get("driver_version"),  # the driver's reading (preflight.detect)
+                "power_limits_w": self.info.get("power_limits_w"),
                 "git_commit": self.info.get("git_commit"),
                 **{k: facts.get(k) for k in ("torch", "transformers", "triton", "liger_kernel", "python")},
             },

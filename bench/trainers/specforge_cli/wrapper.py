@@ -53,7 +53,7 @@ from pathlib import Path
 
 from bench.fileio import atomic_write_json, read_jsonl
 from bench.procs.launcher import kill_tree
-from bench.record import MetricsWriter
+from bench.record import LOCKSTEP_JSONL, MetricsWriter
 from bench.trainers.isolation import isolated_env
 from bench.trainers.specforge_cli.log import StepCollector, metric_records, parse_step_lines
 
@@ -93,7 +93,7 @@ PYSPY_ENV = "BENCH_PYSPY"
 PERTURB = "perturb.json"  # what the aa_eps arm moved (instrument.py's PerturbUlp)
 GC_FREEZE = "gc_freeze.json"  # what gc.freeze() after step 1 froze (instrument.py's GcFreeze)
 MODULES = "modules.json"  # the trained model's module classes after step 1 (instrument.py's ModuleCensus)
-LOCKSTEP = "lockstep.jsonl"  # each step's own time and wait in a lockstep pair (turns.py's Lockstep)
+LOCKSTEP = LOCKSTEP_JSONL  # each step's own time and wait in a lockstep pair (turns.py's Lockstep)
 STARTUP_LINES = 80  # the lines before step 1 kept with their arrival times (where the start goes)
 
 
