@@ -58,9 +58,10 @@
 #             VRAM (per-process poll) and energy over its own turns (3 pairs)
 #   sfmemseq  configs/h200-specforge-memory-sequential.yaml: the same cell in sequential pairs, the
 #             memory figures' reference (3 pairs; run it in the same call as sfmemlock)
-#   sfabdefault `python -m bench ab --trainer specforge-cli -c <the prepared 4B run.yaml> --python ...`
-#             with no other flag: the default A/B (lockstep, heap frozen, 3 warm-up steps)
-#   sfabseq   the same with the sequential A/B's settings (--set-sweep pairing=sequential --set-sweep
+#   sfablock  `python -m bench ab --trainer specforge-cli -c <the prepared 4B run.yaml> --python ...
+#             --steps 8` in lockstep pairs, the heap frozen, 3 warm-up steps (the prepared learnable
+#             inputs hold 64 samples: 8 steps of 8)
+#   sfabseq   the same in sequential pairs (the default: --set-sweep pairing=sequential --set-sweep
 #             trainer_gc_freeze=false --warmup-steps 1), at most 4 pairs: the side-by-side
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
@@ -94,7 +95,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-specforge-memory-lockstep h200-specforge-memory-sequential h200-specforge-ab-default h200-specforge-ab-sequential h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-specforge-memory-lockstep h200-specforge-memory-sequential h200-specforge-ab-lockstep h200-specforge-ab-sequential h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -194,11 +195,12 @@ for spec in $stages; do
         run_stage h200-specforge-memory-lockstep python3 -m bench sweep configs/h200-specforge-memory-lockstep.yaml --out $W/h200-specforge-memory-lockstep --resume ;;
     sfmemseq) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-memory-sequential python3 -m bench sweep configs/h200-specforge-memory-sequential.yaml --out $W/h200-specforge-memory-sequential --resume ;;
-    sfabdefault) sfenv && run_stage h200-specforge-ab-default python3 -m bench ab --trainer specforge-cli \
-        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --python /tmp/sfenv/python training.accumulation_steps=4 training.num_anchors=512 \
-        --out $W/h200-specforge-ab-default --resume ;;
+    sfablock) sfenv && run_stage h200-specforge-ab-lockstep python3 -m bench ab --trainer specforge-cli \
+        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --python /tmp/sfenv/python --steps 8 training.accumulation_steps=4 training.num_anchors=512 \
+        --set-sweep pairing=lockstep --set-sweep trainer_gc_freeze=true --warmup-steps 3 \
+        --out $W/h200-specforge-ab-lockstep --resume ;;
     sfabseq) sfenv && run_stage h200-specforge-ab-sequential python3 -m bench ab --trainer specforge-cli \
-        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --python /tmp/sfenv/python training.accumulation_steps=4 training.num_anchors=512 \
+        -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --python /tmp/sfenv/python --steps 8 training.accumulation_steps=4 training.num_anchors=512 \
         --set-sweep pairing=sequential --set-sweep trainer_gc_freeze=false --warmup-steps 1 --max-pairs 4 \
         --out $W/h200-specforge-ab-sequential --resume ;;
     sfpause) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \

@@ -63,8 +63,6 @@ def build_ab(root: Path) -> dict:
         "3",
         "--set-sweep",
         "trainer_python_fork=true",
-        "--set-sweep",  # the warm fork of runs one after the other (the CLI's A/B defaults to lockstep)
-        "pairing=sequential",
     ]
     r = ab(user_config(root), out, *extra)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -241,7 +241,9 @@ class AmdSmiBackend(_Fields):
         out = []
         for h in self._handles:
             try:
-                out.append(_number(self._smi.amdsmi_get_power_cap_info(h).get("power_cap"), 1e-6, _AMD_SENTINELS))
+                out.append(
+                    _number(self._smi.amdsmi_get_power_cap_info(h).get("power_cap"), 1e-6, _AMD_SENTINELS)
+                )
             except Exception:
                 out.append(None)
         return out

@@ -84,8 +84,8 @@ class Backend(Protocol):
     holding memory there (never raises); ``energy()``: per card ``{energy_j, power_w}`` for the
     energy of a run, read often (docs/run-contract.md): ``energy_j`` the card's energy counter in
     joules (since the driver loaded; None where the card has none), ``power_w`` its power only
-    where there is no counter (never raises); ``power_limit_w()``: per card, the power limit in force,
-read and never set (None where the library cannot say; never raises)."""
+    where there is no counter (never raises); ``power_limit_w()``: per card, the power limit in
+    force, read and never set (None where the library cannot say; never raises)."""
 
     name: str
     count: int

@@ -80,7 +80,11 @@ def run_view(pair: dict, pid: int | None) -> dict[str, Any]:
 def split(pair_dir: Path, run_dirs: list[Path]) -> None:
     """Each run's vram.json and vram.jsonl from the pair's (see the module docstring)."""
     pair = read_json(pair_dir / "vram.json")
-    pair = pair if isinstance(pair, dict) else {"backend": "none", "status": "unavailable", "reason": "no vram.json"}
+    pair = (
+        pair
+        if isinstance(pair, dict)
+        else {"backend": "none", "status": "unavailable", "reason": "no vram.json"}
+    )
     rows = [r for r in read_jsonl(pair_dir / "vram.jsonl") if "used_gib" not in r]
     text = "".join(json.dumps(r) + "\n" for r in rows)
     for role, rdir in enumerate(run_dirs):

@@ -95,7 +95,9 @@ def _coverage(t: np.ndarray, t0: float, t1: float, turn: bool = False) -> tuple[
     return slice(i0, i1 + 1), float(np.median(gaps))
 
 
-def _counter(t: np.ndarray, v: np.ndarray, t0: float, t1: float, turn: bool = False) -> tuple[float, float] | str:
+def _counter(
+    t: np.ndarray, v: np.ndarray, t0: float, t1: float, turn: bool = False
+) -> tuple[float, float] | str:
     """Joules from an energy counter: its value at ``t1`` minus at ``t0``, each interpolated."""
     covered = _coverage(t, t0, t1, turn)
     if isinstance(covered, str):
@@ -106,7 +108,9 @@ def _counter(t: np.ndarray, v: np.ndarray, t0: float, t1: float, turn: bool = Fa
     return float(np.interp(t1, t, v) - np.interp(t0, t, v)), dt
 
 
-def _integral(t: np.ndarray, v: np.ndarray, t0: float, t1: float, turn: bool = False) -> tuple[float, float] | str:
+def _integral(
+    t: np.ndarray, v: np.ndarray, t0: float, t1: float, turn: bool = False
+) -> tuple[float, float] | str:
     """Joules from power readings: the trapezoid rule from ``t0`` to ``t1``, the power at the two
     ends interpolated between the readings around them."""
     covered = _coverage(t, t0, t1, turn)
@@ -118,7 +122,9 @@ def _integral(t: np.ndarray, v: np.ndarray, t0: float, t1: float, turn: bool = F
     return float(np.sum((ps[1:] + ps[:-1]) / 2 * np.diff(ts))), covered[1]
 
 
-def _over_turns(integrate, t: np.ndarray, v: np.ndarray, turns: list[tuple[float, float]]) -> tuple[float, float] | str:
+def _over_turns(
+    integrate, t: np.ndarray, v: np.ndarray, turns: list[tuple[float, float]]
+) -> tuple[float, float] | str:
     """Joules summed over a lockstep run's own turns, and the median interval of the readings; or
     the first turn the readings cannot attribute, and why."""
     total, intervals = 0.0, []

@@ -83,7 +83,18 @@ def method_section(
         if pairing == "lockstep"
         else "a pair is one run of each arm back to back"
     )
-    if pairing == "lockstep":
+    per_process = [v for v in vrams if v.get("scope") == "process"]
+    if pairing == "lockstep" and per_process:
+        ms = join_unique(pd.Series([f"{1000 * fmt.num(v.get('interval_s')):g}" for v in per_process]))
+        backend = join_unique(pd.Series([v.get("backend") for v in per_process], dtype=object))
+        poll = (
+            f"Peak VRAM per run: the pair shares the card, so each run's figure is its own process's memory "
+            f"on the card, read from {backend}'s process list every {ms} ms while both ran, plus the card's "
+            "idle baseline before the pair (what the card would show with the run alone; vram.json's "
+            "`scope: process`), beside the allocator's own peaks (torch_peak_* in runs.csv); energy per "
+            "sample: the card's energy over each run's own turns"
+        )
+    elif pairing == "lockstep":  # a lockstep sweep recorded before the per-process poll
         poll = (
             "Peak VRAM not polled: the pair shares the card; each run's own peak is its allocator's "
             "(torch_peak_reserved_gib in runs.csv)"

@@ -212,7 +212,10 @@ def console_summary(
 ) -> list[str]:
     """The same facts as ``pr_summary`` in plain text, every line at most ``width`` columns."""
     found = parity_gate.failures(summary, training)
-    lines = [*(_wrap(parity_gate.headline(found), width) if found else []), *_wrap(machine_line(runs, sweep), width)]
+    lines = [
+        *(_wrap(parity_gate.headline(found), width) if found else []),
+        *_wrap(machine_line(runs, sweep), width),
+    ]
     for cell in _cells(summary):
         lines += ["", *_wrap(cell_label(next(cell.itertuples())), width)]
         lines.append(f"  {'arm':<16} {'ok':>5} {'samples/s':>10} {'s/step':>8} {'peak VRAM':>10}")

@@ -343,4 +343,12 @@ def energy_section(summary: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         f"over pairs with a t-interval on the per-pair log-ratios. Readings every {fmt.f(dt, '.2f')} s "
         "(median); columns energy_* in runs.csv and summary.csv."
     )
+    sources = runs.loc[in_statistics(runs), "energy_source"].dropna().astype(str)
+    if sources.str.contains("own turns").any():  # lockstep pairs (bench/results/energy.py)
+        note += (
+            " In lockstep pairs both runs share the card, so a run's energy is the card's over its own "
+            "measured turns alone (lockstep.jsonl's start and end of each), the counter read every 0.1 s "
+            "and interpolated at each turn's two ends; a run with a turn the readings cannot attribute "
+            "has none, its source saying which turn and why."
+        )
     return ["**Energy per sample**", "", *with_trainer_column(summary, header, rows), "", note, ""]

@@ -1,9 +1,7 @@
 """``python -m bench ab -c RUN.yaml [--trainer NAME] [key=value ...]``: an A/B of one training
 config with no sweep YAML to write. It writes the sweep config the README's example would be —
 one cell of that config, baseline vs liger, 13 steps with 1 warm-up, the precision rule
-``{ci_halfwidth_pct: 1.0, min_pairs: 3, max_pairs: 6}``, ``hardware: any``; for the SpecForge CLI
-with two arms, lockstep pairs with the heap frozen after step 1 and 3 warm-up steps
-(LOCKSTEP_DEFAULTS) — into the sweep
+``{ci_halfwidth_pct: 1.0, min_pairs: 3, max_pairs: 6}``, ``hardware: any`` — into the sweep
 directory as ``ab.yaml`` and runs it as ``bench sweep`` would (same checks, runs, resume and
 report); the PR Summary is what it prints last. ``key=value`` are the training config's own
 dotted keys (the cell's ``set:``); ``--arm NAME:key=value[,key=value...]`` (repeatable) declares
@@ -24,13 +22,6 @@ from bench.fileio import writing
 AB_CONFIG = "ab.yaml"  # the generated sweep config, inside the sweep directory
 HEADER = "# Written by `python -m bench ab` (bench/run/ab.py)"  # how an ab.yaml of ours begins
 DEFAULTS = {"steps": 13, "warmup_steps": 1, "batch_size": 2, "seq_len": 2048}
-# The SpecForge CLI's A/B of two arms runs in lockstep pairs with the collector's heap frozen after
-# step 1, dropping 3 warm-up steps (its runs differ 7-10% in level from process to process; taking
-# turns on one card pays one start per pair and shares the host's state). Measured side by side on
-# one H200 (results/h200-specforge-ab-default, docs/method.md). ``--set-sweep pairing=sequential``
-# (and ``--warmup-steps``) give the sequential A/B back.
-LOCKSTEP_DEFAULTS = {"pairing": "lockstep", "trainer_gc_freeze": True}
-LOCKSTEP_WARMUP_STEPS = 3
 PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 6}
 _KEY = re.compile(r"^[A-Za-z_][\w.-]*$")
 
@@ -55,13 +46,6 @@ def add_ab_parser(sub) -> None:
         help="an arm of your own: the trainer's own dotted keys it sets (repeatable; user_arms)",
     )
     for name, default in DEFAULTS.items():
-        if name == "warmup_steps":  # its default depends on the pairing (lockstep: 3)
-            p.add_argument(
-                "--warmup-steps",
-                type=int,
-                help=f"default {default}; {LOCKSTEP_WARMUP_STEPS} in lockstep pairs (specforge-cli's default)",
-            )
-            continue
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=f"default {default}")
     p.add_argument("--pairs", type=int, help="a fixed number of pairs instead of the precision rule")
     p.add_argument("--ci-halfwidth-pct", type=float, default=PRECISION["ci_halfwidth_pct"])
@@ -136,15 +120,7 @@ def sweep_doc(args) -> dict:
     arms = args.arms if args.arms is not None else "baseline" if user else "baseline,liger"
     doc["arms"] = [a.strip() for a in arms.split(",") if a.strip()]
     doc["arms"] += [name for name in user if name not in doc["arms"]]
-    sweep_keys = _pairs(args.set_sweep, "--set-sweep")
-    lockstep = lockstep_default(doc, sweep_keys)
-    doc |= lockstep
-    warmup = args.warmup_steps
-    if warmup is None:
-        locked = sweep_keys.get("pairing", lockstep.get("pairing")) == "lockstep"
-        # lockstep: 3, but never more than leaves 2 measured steps of a short run (--steps 4: 2)
-        warmup = max(1, min(LOCKSTEP_WARMUP_STEPS, args.steps - 2)) if locked else DEFAULTS["warmup_steps"]
-    doc |= {"steps": args.steps, "warmup_steps": warmup}
+    doc |= {"steps": args.steps, "warmup_steps": args.warmup_steps}
     if args.pairs is not None:
         doc["repeats"] = args.pairs
     else:
@@ -153,22 +129,12 @@ def sweep_doc(args) -> dict:
             "min_pairs": args.min_pairs,
             "max_pairs": args.max_pairs,
         }
-    doc |= sweep_keys
+    doc |= _pairs(args.set_sweep, "--set-sweep")
     cell = {"config": str(config.resolve()), "batch_size": [args.batch_size], "seq_len": [args.seq_len]}
     sets = _pairs(args.overrides, "key=value")
     if sets:
         cell["set"] = sets
     return {**doc, "cells": [cell]}
-
-
-def lockstep_default(doc: dict, sweep_keys: dict) -> dict:
-    """LOCKSTEP_DEFAULTS for an A/B of the SpecForge CLI with two arms (lockstep pairs two), each
-    key unless the command line sets it (``--set-sweep``); {} otherwise."""
-    from bench.trainers.specforge_cli.facts import NAME as CLI
-
-    if doc.get("trainer") != CLI or len(doc["arms"]) != 2:
-        return {}
-    return {k: v for k, v in LOCKSTEP_DEFAULTS.items() if k not in sweep_keys}
 
 
 def run_ab(args, argv: list[str] | None = None) -> int:
