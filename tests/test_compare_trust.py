@@ -358,7 +358,10 @@ def test_the_summary_says_a_missed_target_one_torch_energy_coverage_and_integer_
         "delta_energy_per_sample_pct_ci95_low": -16.2, "delta_energy_per_sample_pct_ci95_high": -13.6,
     }]).iloc[0]  # fmt: skip
     line = delta_line(r, energy_coverage(runs, "c"))
-    assert "(6 pairs; MISSED the ±1-point precision target: ±1.81 (pair cap hit, 20 pairs wanted))" in line
+    assert (
+        "(6 pairs; faster; MISSED the ±1-point precision target: ±1.81 (pair cap hit, 20 pairs wanted))"
+        in line
+    )
     assert "energy/sample (power integral at ~1 s, 2 of 3 runs; 1 n/a)" in line
 
 

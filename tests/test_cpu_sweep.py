@@ -57,7 +57,9 @@ def test_cpu_sweep_writes_every_result(sweep):
     # the first command shows an A/B: each arm that runs here ends with a Δ and its 95% CI
     for arm in ("aa", "adamw_plain"):
         line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith(f"{arm} vs baseline:"))
-        assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\] throughput \(3 pairs", line), line
+        assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\] throughput \(3 pairs; \w", line), (
+            line
+        )  # + its verdict
     ran = runs[runs.arm == "adamw_plain"].iloc[0]
     assert json.loads((out / "runs" / ran.run_id / "run.json").read_text())["optimizer"] == "AdamW, for-loop"
     assert list(pd.read_csv(out / "loss_parity.csv").columns) == LOSS_PARITY_COLUMNS

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -364,7 +365,13 @@ def test_offline_cells_share_one_cache_and_records_are_complete(failure_sweep):
     assert keys <= set(cell_json)
     sweep = read_json(out / "sweep.json")
     assert sweep["order"] == [r.run_id for r in plan(load_config(Path(sweep["config_path"])))]
-    assert sweep["hardware"] == CPU_INFO and sweep["argv"] and sweep["config"]["steps"] == 4
+    # what was detected, and the machine's facts read with it (the report's provenance, poller or not)
+    assert (
+        {k: sweep["hardware"][k] for k in CPU_INFO} == CPU_INFO
+        and sweep["argv"]
+        and sweep["config"]["steps"] == 4
+    )
+    assert sweep["hardware"]["hostname"] == socket.gethostname() and sweep["hardware"]["power_limits_w"] == []
 
 
 @pytest.mark.slow

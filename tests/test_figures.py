@@ -191,7 +191,8 @@ def test_pr_summary_is_the_seeds_table_and_delta_line():
     n = int(r.n_ok)
     row = f"| liger | {n}/{n} | {r.samples_per_s_mean:.2f} | {r.s_per_step_mean:.3f} | {r.peak_vram_gib:.2f} | {ci} | pass ({n}/{n}) |"
     assert row in lines
-    head = f"liger vs baseline: {ci} throughput ({int(r.n_pairs)} pairs), {r.delta_peak_vram_gib:+.2f} GiB ({r.delta_peak_vram_pct:+.1f}%) peak VRAM, "
+    # each Δ with its verdict's words (summary.csv: faster, leaner), as the console and the PR paste read
+    head = f"liger vs baseline: {ci} throughput ({int(r.n_pairs)} pairs; faster), {r.delta_peak_vram_gib:+.2f} GiB ({r.delta_peak_vram_pct:+.1f}%) peak VRAM (leaner), "
     energy = f"{r.delta_energy_per_sample_pct:+.1f}% [{r.delta_energy_per_sample_pct_ci95_low:+.1f}, {r.delta_energy_per_sample_pct_ci95_high:+.1f}] energy/sample"
     coverage = f" (energy counter, {2 * n} of {2 * n} runs)"  # where the energies come from, and how many
     assert f"{head}{energy}{coverage}, loss parity pass ({n}/{n})." in lines
@@ -203,7 +204,7 @@ def test_console_summary_fits_100_columns_with_long_names_and_many_arms():
     lines = prsummary.console_summary(summary, runs, {})
     assert max(len(line) for line in lines) <= 100
     joined = " ".join(line.strip() for line in lines)
-    assert "liger vs baseline: +16.0% [+15.3, +16.6] throughput (8 pairs)" in joined
+    assert "liger vs baseline: +16.0% [+15.3, +16.6] throughput (8 pairs; faster)" in joined
     assert "liger_compile vs baseline: n/a (no ok runs)" in joined
 
 

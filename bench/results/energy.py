@@ -37,6 +37,7 @@ import pandas as pd
 
 from bench import fmt
 from bench.fileio import read_jsonl
+from bench.record import read_turns
 from bench.results.columns import ENERGY_COLUMNS
 
 NAN = float("nan")
@@ -48,7 +49,7 @@ MAX_TURN_GAP_FRACTION = 0.5  # the same for one lockstep turn
 OWN_TURNS = " over own turns"
 
 
-def na(reason: str) -> dict[str, Any]:
+def energy_na(reason: str) -> dict[str, Any]:
     return {**dict.fromkeys(ENERGY_COLUMNS, NAN), "energy_source": f"n/a ({reason[:300]})"}
 
 
@@ -174,6 +175,24 @@ def _run_cards(devices: list[dict], gpus: Any) -> dict[Any, list[int]]:
     return out
 
 
+def own_turns(
+    pairing: dict | None, run_dir: Path, steps: list[int]
+) -> list[tuple[float, float]] | str | None:
+    """A lockstep run's own turns over its measured ``steps`` (wall-clock start, end, from
+    lockstep.jsonl); why they are unknown (a measured step without its turn); None for a run that
+    did not take turns (``pairing``: cell.json's)."""
+    if (pairing or {}).get("mode") != "lockstep":
+        return None
+    turns, out = read_turns(run_dir), []
+    for step in steps:
+        t = turns.get(step, {})
+        started, ended = fmt.num(t.get("started")), fmt.num(t.get("ended"))
+        if not (math.isfinite(started) and math.isfinite(ended) and ended > started):
+            return f"measured step {step} has no turn in lockstep.jsonl: its own time on the card is unknown"
+        out.append((started, ended))
+    return out
+
+
 def _unusable(vram: dict | None, window: tuple[float, float] | None) -> str | None:
     """Why a run can have no energy at all (no readings, no window), or None."""
     if vram is None:
@@ -200,16 +219,19 @@ def run_energy(
     window: tuple[float, float] | None,
     samples: float,
     gpus: Any,
-    turns: list[tuple[float, float]] | None = None,
+    turns: list[tuple[float, float]] | str | None = None,
 ) -> dict[str, Any]:
     """runs.csv's energy columns (ENERGY_COLUMNS) of one run: the joules of its cards over the
     measured ``window`` (wall-clock start, end), per sample (``samples`` measured in it); ``turns``:
-    a lockstep run's own measured turns, summed instead (the window then spans them)."""
+    a lockstep run's own measured turns, summed instead (the window then spans them), or why they
+    are unknown (own_turns)."""
+    if isinstance(turns, str):
+        return energy_na(turns)
     if turns is not None:
         window = (turns[0][0], turns[-1][1]) if turns else None
     why = _unusable(vram, window)
     if why:
-        return na(why)
+        return energy_na(why)
     t0, t1 = window
     devices = [d for d in vram["devices"] if isinstance(d, dict)]
     total, sources, intervals, problems = 0.0, [], [], []
@@ -225,7 +247,7 @@ def run_energy(
             sources.append(result[1])
             intervals.append(result[2])
     if problems:
-        return na("; ".join(problems))
+        return energy_na("; ".join(problems))
     return {
         "energy_j": total,
         "energy_j_per_sample": total / samples if samples > 0 else NAN,

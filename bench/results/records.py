@@ -34,11 +34,9 @@ from bench.record import (
     numbered_metrics,
     read_cell,
     read_run,
-    read_turns,
 )
 from bench.results.columns import CELL_COLUMNS, DEFAULT_TRAINER, STATE_FIELDS, VRAM_PER_CARD_COLUMNS
-from bench.results.energy import na as energy_na
-from bench.results.energy import run_energy
+from bench.results.energy import own_turns, run_energy
 from bench.results.identity import odd_ones_out, plan_problem, workload_digest
 from bench.results.step_checks import outlier_warning, retries_warning, step_problem
 
@@ -323,33 +321,14 @@ def _window_state(rec: RunRecord) -> dict[str, Any]:
     return out
 
 
-def own_turns(rec: RunRecord) -> list[tuple[float, float]] | str | None:
-    """A lockstep run's own turns over its measured steps (wall-clock start, end, from
-    lockstep.jsonl); why they are unknown (a measured step without its turn); None for a run that
-    did not take turns."""
-    if ((rec.cell.pairing if rec.cell else None) or {}).get("mode") != "lockstep":
-        return None
-    turns = read_turns(rec.run_dir)
-    out = []
-    for step in rec.steady["step"].astype(int):
-        t = turns.get(int(step), {})
-        started, ended = fmt.num(t.get("started")), fmt.num(t.get("ended"))
-        if not (math.isfinite(started) and math.isfinite(ended) and ended > started):
-            return f"measured step {step} has no turn in lockstep.jsonl: its own time on the card is unknown"
-        out.append((started, ended))
-    return out
-
-
 def _energy(rec: RunRecord) -> dict[str, Any]:
     """runs.csv's energy columns: the run's cards over its measured window, or a lockstep run's
     over its own measured turns (bench/results/energy.py)."""
     s = rec.steady
     samples = s["samples"].fillna(s["samples_per_s"] * s["step_time_s"]).sum(min_count=1)
-    turns = own_turns(rec)
-    if isinstance(turns, str):
-        return energy_na(turns)
-    gpus = rec.cell.gpus if rec.cell else None
-    return run_energy(rec.run_dir, rec.vram, measured_window(rec), samples, gpus, turns)
+    cell = rec.cell or CellDoc()
+    turns = own_turns(cell.pairing, rec.run_dir, list(s["step"].astype(int)))
+    return run_energy(rec.run_dir, rec.vram, measured_window(rec), samples, cell.gpus, turns)
 
 
 def _startup(rec: RunRecord) -> dict[str, Any]:
