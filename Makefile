@@ -79,10 +79,15 @@ SPECFORGE_VENV ?= .venv-specforge
 SPECFORGE_VERSION ?= 0.2.0
 SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
 
-# make golden: rebuild every committed sweep's CSVs, report and plots from its run files (after a
-# change to bench/results/ that is meant to move them; tests/test_results_golden.py holds them), and
-# docs/columns.md from the column registry (bench/results/columns.py; tests/test_docs_match.py).
-.PHONY: golden install light-install test test-fast lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
+# make golden: write the fixture sweeps' expected files again (tests/data/sweeps/: each one's CSVs,
+# summary.json and report.md rebuilt from its raw.tar.xz; tests/test_results_golden.py holds them)
+# after a change to bench/results/ that is meant to move them, and docs/columns.md from the column
+# registry (bench/results/columns.py; tests/test_docs_match.py). The committed sweeps under results/
+# are published faces stamped with the commit that built them: `make verify-results` names those a
+# later change moved, `make republish SWEEP=results/<name>` rebuilds one on purpose, and `make raw
+# SWEEP=results/<name>` unpacks its raw records (runs/, ...) to look at them or rebuild by hand.
+SWEEP ?=
+.PHONY: golden raw verify-results republish install light-install test test-fast lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
 
 # The training side: the `train` extra (torch, transformers, safetensors) and EXTRAS.
 install: $(STAMP)
@@ -122,9 +127,19 @@ test-fast: $(INSTALL)
 	$(PYTEST) -m "not slow" $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
 
 golden: $(INSTALL)
-	@for d in results/*/runs; do d=$${d%/runs}; echo "bench report $$d"; \
-	  $(PYTHON) -m bench report "$$d" >/dev/null; rc=$$?; [ $$rc = 0 ] || [ $$rc = 4 ] || exit $$rc; done  # 4: a parity failure it reports
+	$(PYTHON) scripts/published.py golden
 	$(PYTHON) -m bench.results.columns_doc docs/columns.md
+
+raw: $(INSTALL)
+	$(if $(SWEEP),,$(error name the sweep: make raw SWEEP=results/<name>))
+	$(PYTHON) -m bench raw unpack $(SWEEP)
+
+verify-results: $(INSTALL)
+	$(PYTHON) scripts/published.py verify $(SWEEP)
+
+republish: $(INSTALL)
+	$(if $(SWEEP),,$(error name the sweep: make republish SWEEP=results/<name>))
+	$(PYTHON) scripts/published.py republish $(SWEEP)
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from bench.results.rawdata import add_raw_parser
 from bench.run.ab import add_ab_parser
 
 try:
@@ -118,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_compare_parser(sub)
     add_ab_parser(sub)
+    add_raw_parser(sub)
 
     p = sub.add_parser(
         "kernels",
@@ -289,11 +291,18 @@ def _dispatch(args: argparse.Namespace, argv: list[str] | None) -> int:
 
         return show_status(Path(args.dir), args.lines)
     if args.command == "report":
+        from bench.results.rawdata import refuse_packed
         from bench.run.console import report
 
+        refuse_packed(Path(args.dir))
         if not (Path(args.dir) / "runs").is_dir():
             raise SweepError(f"{args.dir}: no runs/ directory; expected the output directory of a sweep")
         return report(Path(args.dir))
+    if args.command == "raw":
+        from bench.results.rawdata import run_raw
+        from bench.run.sweepdir import git_commit
+
+        return run_raw(args.action, args.dirs, git_commit)
     if args.command == "compare":
         from bench.results.compare import run_compare
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, committed_sweep, run_cli
 
 TINY = "configs/train/tiny-offline.yaml"
 
@@ -34,11 +34,7 @@ def test_bench_ab_refuses_in_one_line_what_it_cannot_use(args, says, tmp_path):
 
 def test_a_terminal_that_cannot_print_delta_gets_the_report_not_a_traceback(tmp_path):
     # its console prints "|Δ loss|" (loss parity fails there); read only: rebuilt in a copy
-    committed = REPO / "results" / "h200-specforge-verdict"
-    sweep = tmp_path / "verdict"
-    sweep.mkdir()
-    (sweep / "runs").symlink_to(committed / "runs", target_is_directory=True)
-    shutil.copyfile(committed / "sweep.json", sweep / "sweep.json")
+    sweep = committed_sweep("h200-specforge-verdict", tmp_path / "verdict")
     env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
     r = subprocess.run(
         [sys.executable, "-m", "bench", "report", str(sweep)],
@@ -88,10 +84,7 @@ def test_bench_ab_errors_name_the_flag_typed_not_the_generated_file(args, says, 
 @pytest.mark.parametrize("sweep_json", [None, '{"name": "x"}', "[1, 2]"])
 def test_a_report_without_the_sweeps_config_says_what_it_cannot_know(sweep_json, tmp_path):
     """A missing or damaged sweep.json dropped the precision target from the verdict without a word."""
-    committed = REPO / "results" / "h200-specforge-verdict-learn"
-    sweep = tmp_path / "s"
-    sweep.mkdir()
-    (sweep / "runs").symlink_to(committed / "runs", target_is_directory=True)
+    sweep = committed_sweep("h200-specforge-verdict-learn", tmp_path / "s", sweep_json=False)
     if sweep_json is not None:
         (sweep / "sweep.json").write_text(sweep_json)
     r = subprocess.run(

@@ -175,6 +175,9 @@ def test_an_installed_copy_without_torch_reports_and_compares(installed, tmp_pat
     (sweep / "summary.csv").unlink()
     bench = installed / "bench"
     r = run(bench, "report", str(sweep), cwd=tmp_path, env={"BENCH_NO_PLOTS": "1"})
+    assert r.returncode == 2 and "bench raw unpack" in r.stderr  # a committed sweep: its records packed
+    assert run(bench, "raw", "unpack", str(sweep), cwd=tmp_path).returncode == 0
+    r = run(bench, "report", str(sweep), cwd=tmp_path, env={"BENCH_NO_PLOTS": "1"})
     assert r.returncode == 0, r.stderr
     assert (sweep / "summary.csv").read_bytes() == (REPO / "results" / "h200" / "summary.csv").read_bytes()
     assert (sweep / "summary.json").read_bytes() == (REPO / "results" / "h200" / "summary.json").read_bytes()

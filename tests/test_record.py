@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,16 +25,26 @@ from bench.record import (
     read_run,
     write_run,
 )
-from tests.helpers import REPO
+from bench.results import rawdata
+from tests.helpers import REPO, committed_sweep
 
 RESULTS = REPO / "results"
 
 
+@pytest.fixture(scope="module")
+def committed_records(tmp_path_factory) -> Path:
+    """Every committed sweep's raw records, unpacked from its raw.tar.xz into one tmp tree."""
+    root = tmp_path_factory.mktemp("committed")
+    for archive in sorted(RESULTS.glob(f"*/{rawdata.RAW}")):
+        committed_sweep(archive.parent.name, root / archive.parent.name, sweep_json=False)
+    return root
+
+
 @pytest.mark.parametrize("cls", [CellDoc, RunDoc], ids=["cell.json", "run.json"])
-def test_every_committed_record_reads_back_unchanged_with_no_untyped_key(cls):
+def test_every_committed_record_reads_back_unchanged_with_no_untyped_key(cls, committed_records):
     """The writers of every committed sweep (the driver, our trainer on the H200, the SpecForge
     CLI plug) wrote only fields the record types, and each reads and writes back as it was."""
-    paths = sorted(RESULTS.rglob(cls.FILE))
+    paths = sorted(committed_records.rglob(cls.FILE))
     assert len(paths) > 100
     for path in paths:
         obj = json.loads(path.read_text())
@@ -42,9 +53,9 @@ def test_every_committed_record_reads_back_unchanged_with_no_untyped_key(cls):
         assert list(doc.to_json().items()) == list(obj.items()), path
 
 
-def test_every_committed_metrics_row_reads_back_unchanged():
+def test_every_committed_metrics_row_reads_back_unchanged(committed_records):
     rows = 0
-    for path in sorted(RESULTS.rglob(MetricRow.FILE)):
+    for path in sorted(committed_records.rglob(MetricRow.FILE)):
         for line in path.read_text().splitlines():
             obj = json.loads(line)
             assert list(MetricRow.from_json(obj, path).to_json().items()) == list(obj.items()), path

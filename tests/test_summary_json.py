@@ -19,7 +19,7 @@ from tests.test_aggregate import write_run
 jsonschema = pytest.importorskip("jsonschema")
 
 REPO = Path(__file__).resolve().parent.parent
-SWEEPS = sorted(p.parent for p in (REPO / "results").glob("*/runs") if p.is_dir())
+SWEEPS = sorted(p.parent for p in (REPO / "results").glob("*/summary.json"))
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
 
 
