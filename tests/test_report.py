@@ -340,14 +340,10 @@ def test_an_arms_slow_first_run_is_flagged_as_hyperfine_flags_one_and_kept_in_th
 
 
 def test_the_console_warns_of_a_slow_first_run_too(tmp_path):
-    import shutil
+    from tests.helpers import committed_sweep
 
-    from tests.helpers import REPO
-
-    src = REPO / "results" / "h200-specforge-verdict-precise"
-    shutil.copytree(
-        src, tmp_path / "s", ignore=shutil.ignore_patterns("pairs", "*.png", "smi.csv", "sweep.log")
-    )
-    console = build_report(tmp_path / "s")["console_summary"]
+    console = build_report(committed_sweep("h200-specforge-verdict-precise", tmp_path / "s"))[
+        "console_summary"
+    ]
     warning = [ln for ln in console if ln.startswith("warning: First runs slower.")]
     assert len(warning) == 1 and all(len(ln) <= 100 for ln in console)

@@ -3,13 +3,17 @@ registered in one line, runs a CPU sweep through the shared run loop and reports
 
 from __future__ import annotations
 
+import types
+
 import pandas as pd
 import pytest
 import yaml
 
 import bench.trainers
+import tests.toy_trainer as toy
 from bench.errors import SweepError
 from bench.run.sweep import run_sweep
+from bench.trainers.base import Trainer, trainer_gaps
 
 
 @pytest.fixture
@@ -19,7 +23,7 @@ def toy_registered(monkeypatch):
     )  # the line
 
 
-def toy_sweep(tmp_path, arms=("baseline", "aa")):
+def toy_sweep(tmp_path, arms=("baseline", "aa"), **top):
     (tmp_path / "toy.yaml").write_text(yaml.safe_dump({"name": "linreg", "features": 16}))
     doc = {
         "name": "toy",
@@ -30,6 +34,7 @@ def toy_sweep(tmp_path, arms=("baseline", "aa")):
         "steps": 6,
         "warmup_steps": 1,
         "cells": [{"config": str(tmp_path / "toy.yaml"), "batch_size": 4, "seq_len": 1}],
+        **top,
     }
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -61,3 +66,47 @@ def test_an_unregistered_trainer_is_refused(tmp_path):
         SweepError, match="trainer: expected one of embedded, specforge-cli, contract, got 'toy'"
     ):
         bench.trainers.load_config(toy_sweep(tmp_path))
+
+
+def test_every_registered_trainer_and_the_toy_one_hold_what_the_suite_asks_of_them(toy_registered):
+    """Each trainer's cell reader against the config layer's CellReader, its plug against
+    TrainerPlug (and TakesTurns where its reader takes turns), read off the Protocols themselves:
+    a member added there and missed by a trainer fails here, before any sweep trips on it."""
+    cfg = types.SimpleNamespace(trainer_module="tests.fake_trainer", path="sweep.yaml")
+    trainers = bench.trainers.registered()
+    assert set(trainers) == {"embedded", "specforge-cli", "contract", "toy"}
+    for name, t in trainers.items():
+        assert trainer_gaps(name, t.reader, t.make_plug(cfg, {})) is None
+    assert trainers["specforge-cli"].reader.takes_turns  # and its plug has lockstep_command (checked)
+
+
+class DriftedReader:
+    """The toy trainer's reader as it was before the config layer asked about turns and user arms."""
+
+    name, module = toy.NAME, None
+    read_cell, refuse_set, refuse_arms = (
+        toy.ToyReader.read_cell, toy.ToyReader.refuse_set, toy.ToyReader.refuse_arms
+    )  # fmt: skip
+
+
+def test_a_trainer_that_drifted_from_the_protocol_is_refused_in_one_line(
+    tmp_path, toy_registered, monkeypatch
+):
+    monkeypatch.setattr(
+        toy, "TRAINER", Trainer(name=toy.NAME, reader=DriftedReader(), make_plug=toy.TRAINER.make_plug)
+    )
+    with pytest.raises(
+        SweepError
+    ) as err:  # was: AttributeError: 'ToyReader' object has no attribute 'takes_turns'
+        bench.trainers.load_config(toy_sweep(tmp_path, pairing="lockstep"))
+    assert str(err.value) == (
+        "trainer toy: its cell reader lacks takes_turns, refuse_arm_key (bench/config/cellfacts.py's "
+        "CellReader); registered by tests.toy_trainer"
+    )
+
+
+def test_a_lockstep_sweep_of_the_toy_trainer_is_refused_for_what_it_is(tmp_path, toy_registered):
+    with pytest.raises(
+        SweepError, match=r"pairing: lockstep .* needs trainer: specforge-cli; cell linreg.* runs toy"
+    ):
+        bench.trainers.load_config(toy_sweep(tmp_path, pairing="lockstep"))

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from bench.config import Cell, SweepConfig
 from bench.config import load_config as _load_config
-from bench.trainers.base import Trainer, TrainerPlug
+from bench.errors import SweepError
+from bench.trainers.base import Trainer, TrainerPlug, trainer_gaps
 
 TRAINERS = (
     "bench.trainers.embedded",  # our DFlash trainer (specforge/), the default
@@ -25,8 +26,14 @@ __all__ = ["TRAINERS", "Trainer", "TrainerPlug", "load_config", "plug_for", "plu
 
 
 def registered() -> dict[str, Trainer]:
-    """The registered trainers by name, the default first."""
+    """The registered trainers by name, the default first; a trainer whose cell reader does not
+    hold what the config layer asks of it is refused in one line (bench/trainers/base.py's
+    trainer_gaps), never an AttributeError in the middle of a config's checks."""
     trainers = [importlib.import_module(module).TRAINER for module in TRAINERS]
+    for t, module in zip(trainers, TRAINERS):
+        gaps = trainer_gaps(t.name, t.reader)
+        if gaps:
+            raise SweepError(f"{gaps}; registered by {module}")
     return {t.name: t for t in trainers}
 
 
@@ -38,7 +45,12 @@ def load_config(path: str | Path) -> SweepConfig:
 def plug_for(cfg: SweepConfig, cell: Cell | None = None, info: dict | None = None) -> TrainerPlug:
     """The plug that runs ``cell`` (None: the sweep's own trainer); ``info``: the machine."""
     name = cell.trainer if cell is not None else cfg.trainer
-    return registered()[name].make_plug(cfg, dict(info or {}))
+    trainer = registered()[name]
+    plug = trainer.make_plug(cfg, dict(info or {}))
+    gaps = trainer_gaps(name, trainer.reader, plug)
+    if gaps:
+        raise SweepError(gaps)
+    return plug
 
 
 def plugs_for(cfg: SweepConfig, info: dict | None = None) -> dict[str, TrainerPlug]:

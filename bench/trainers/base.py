@@ -49,13 +49,6 @@ class TrainerPlug(Protocol):
         """The whole command line of one run (launcher included), writing into ``rdir``."""
         ...
 
-    def lockstep_command(self, argv: list[str], pair_dir: Path, role: int, last: int) -> list[str]:
-        """``argv`` (train_command's) as one run of a lockstep pair (``pairing: lockstep``): taking
-        turns on the card with the other run, one optimizer step each, through ``pair_dir``'s
-        FIFOs; ``role`` 0 steps first; the turns end after step ``last``. Only the SpecForge CLI's
-        plug has it; the config refuses lockstep for other trainers."""
-        ...
-
     def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
         """The command that writes a cell's offline cache into ``cache_dir``."""
         ...
@@ -68,6 +61,42 @@ class TrainerPlug(Protocol):
         """Turn what the run left in ``rdir`` into its final run records (bench/record.py); returns
         its run.json."""
         ...
+
+
+class TakesTurns(Protocol):
+    """What a plug whose reader ``takes_turns`` adds: its runs as the two runs of a lockstep pair."""
+
+    def lockstep_command(self, argv: list[str], pair_dir: Path, role: int, last: int) -> list[str]:
+        """``argv`` (train_command's) as one run of a lockstep pair (``pairing: lockstep``): taking
+        turns on the card with the other run, one optimizer step each, through ``pair_dir``'s
+        FIFOs; ``role`` 0 steps first; the turns end after step ``last``. The config refuses
+        lockstep for a trainer whose reader does not take turns."""
+        ...
+
+
+def protocol_gaps(obj: object, proto: type) -> list[str]:
+    """The members of ``proto`` (a Protocol: its annotated attributes and its methods) that ``obj``
+    lacks, a method that is not callable counted as lacking."""
+    wanted = list(getattr(proto, "__annotations__", {}))
+    methods = [n for n, v in vars(proto).items() if callable(v) and not n.startswith("_")]
+    gaps = [n for n in wanted if not hasattr(obj, n)]
+    return gaps + [n for n in methods if not callable(getattr(obj, n, None))]
+
+
+def trainer_gaps(name: str, reader: object, plug: object | None = None) -> str | None:
+    """One line naming what a registered trainer's reader (CellReader) or plug (TrainerPlug, and
+    TakesTurns where its reader takes turns) lacks; None when both are whole."""
+    parts = []
+    lacks = protocol_gaps(reader, CellReader)
+    if lacks:
+        parts.append(f"its cell reader lacks {', '.join(lacks)} (bench/config/cellfacts.py's CellReader)")
+    if plug is not None:
+        lacks = protocol_gaps(plug, TrainerPlug)
+        if getattr(reader, "takes_turns", False):
+            lacks += protocol_gaps(plug, TakesTurns)
+        if lacks:
+            parts.append(f"its plug lacks {', '.join(lacks)} (bench/trainers/base.py's TrainerPlug)")
+    return f"trainer {name}: {'; '.join(parts)}" if parts else None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ PREFIX = "TOY "
 class ToyReader:
     name = NAME
     module = None
+    takes_turns = False  # no hook in its process for a lockstep pair
 
     def read_cell(self, train, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
         if not isinstance(train.get("name"), str) or not isinstance(train.get("features"), int):
@@ -45,6 +46,9 @@ class ToyReader:
 
     def refuse_set(self, key: str, facts: dict) -> str | None:
         return "the toy trainer takes no overrides" if key else None
+
+    def refuse_arm_key(self, key: str, facts: dict) -> str | None:
+        return f"the {NAME} trainer has no keys an arm of yours could set"
 
     def refuse_arms(self, arms, where: str) -> str | None:
         unfit = [a.name for a in arms if a.liger or a.changes]
