@@ -31,6 +31,8 @@ from bench.run.sweepdir import (
 from bench.run.warmup import ForkServer, Priming
 from bench.trainers import TrainerPlug, plugs_for
 
+SECOND_EXIT = "second_exit.json"  # the pair launcher's record of the second run's exit (bench/procs/pair.py)
+
 
 @dataclass
 class Session:
@@ -120,57 +122,102 @@ class Session:
         gpus = 0 if cfg.runs_on_cpu else int(self.info.get("gpu_count") or 0)
         return ForkServer(preload, env, gpus, self.out_dir)
 
-    def run_pair(self, runs: list[Run]) -> list[str]:
-        """Execute a lockstep pair (Session.execute_pair) on the progress display: its first run's line
-        ticks while both run; each run's outcome is shown."""
+    def run(self, run: Run, rdir: Path | None = None, show: bool = True, prime: bool = True) -> str:
+        """Execute one run: a unit of one (Session.run_unit)."""
+        return self.run_unit([run], [rdir] if rdir is not None else None, show, prime)[0]
+
+    def run_unit(
+        self, runs: list[Run], rdirs: list[Path] | None = None, show: bool = True, prime: bool = True
+    ) -> list[str]:
+        """Execute a unit (Session.execute: one run, or a lockstep pair) on the progress display —
+        with ``prime``, its priming units first, the first time its cell and arms run here; its
+        first run's line ticks while it runs, and each run's outcome is shown."""
         if not any(self.skipped(r) for r in runs):
             if self.server is not None:
                 self.server.start(self.say)
-            due = [self.priming.due(r) if self.priming is not None else [] for r in runs]
-            for pair in zip(*due):
-                self._prime_pair(list(pair))
-        progress = self.progress
+            due = [self.priming.due(r) if prime and self.priming is not None else [] for r in runs]
+            for unit in zip(*due):
+                self._prime(list(unit))
+        progress = self.progress if show else None
         if progress is not None:
             progress.start(runs[0])
         tick = progress.ticker(runs[0], self.out_dir) if progress is not None else None
-        lines, seconds = execute.timed(lambda: self.execute_pair(runs, tick))
+        lines, seconds = execute.timed(lambda: self.execute(runs, tick, rdirs))
         if progress is not None:
             for run, line in zip(runs, lines):
                 progress.done(run, line, seconds)
         return lines
 
-    def run(self, run: Run, rdir: Path | None = None, show: bool = True, prime: bool = True) -> str:
-        """Execute one run (with ``prime``, its priming runs first, the first time its cell and
-        arm run here); ``show``: on the progress display."""
-        if not self.skipped(run):
-            if self.server is not None:
-                self.server.start(self.say)
-            for p in self.priming.due(run) if prime and self.priming is not None else []:
-                self._prime(p)
-        progress = self.progress
-        if progress is not None and show:
-            progress.start(run)
-        tick = progress.ticker(run, self.out_dir) if progress is not None and show else None
-        line, seconds = execute.timed(lambda: self.execute(run, tick, rdir))
-        if progress is not None and show:
-            progress.done(run, line, seconds)
-        return line
+    def execute(
+        self, runs: list[Run], tick: Callable[[], None] | None = None, rdirs: list[Path | None] | None = None
+    ) -> list[str]:
+        """One unit in fresh directories (default the runs' runs/ directories): one run, or the two
+        runs of a lockstep pair (``pairing: lockstep``: started at once as one process tree,
+        bench/procs/pair.py, taking turns on the card one optimizer step each through the plug's
+        turn protocol, TakesTurns). Each run's cell.json, then — unless an arm is skipped here, its
+        cache failed or another process holds the cards (a run of a pair that cannot start makes
+        its partner's outcome the same) — the polled process tree and the plug's reading-back of
+        what each run left (run.json fixed when the trainer died, hung or never wrote an end
+        status). Returns each run's one-line outcome."""
+        cell, pdir = runs[0].cell, self._open_pair(runs) if len(runs) > 1 else None
+        rdirs = rdirs or [None] * len(runs)
+        planned = [
+            self.plan(run, rd, lockstep=(pdir, role) if pdir else None)
+            for role, (run, rd) in enumerate(zip(runs, rdirs))
+        ]
+        refused = [self.refusal(run, rdir) for run, (rdir, _) in zip(runs, planned)]
+        if any(refused):
+            why = next(r for r in refused if r)
+            return [
+                r or outcome.record(rd, run, "error", f"its lockstep partner did not start: {why}")
+                for r, run, (rd, _) in zip(refused, runs, planned)
+            ]
+        (rdir, argv), others = planned[0], planned[1:]
+        if pdir is not None:  # the pair's launcher runs the second run beside the first
+            second = {
+                "argv": others[0][1],
+                "log": str(others[0][0] / "stdout.log"),
+                "exit": str(pdir / SECOND_EXIT),
+            }
+            atomic_write_json(pdir / "second.json", second)
+            argv = [sys.executable, "-m", "bench.procs.pair", str(pdir / "second.json"), "--", *argv]
+        started = now()
+        step = self.engine.step(self.cfg, runs[0]) if pdir is None else None  # a pair runs here, whole
+        env = execute.compile_env(self.compile_dir(cell))
+        try:
+            rc, timed_out = execute.launch_polled(
+                self.cfg, runs[0], rdir, argv, tick, env, fork=pdir is None and self.forks(cell), step=step,
+                pair=(pdir, [d for d, _ in others]) if pdir is not None else None,
+            )  # fmt: skip
+        finally:  # the turn protocol's files: nothing to keep (a copied or archived sweep holds no pipes)
+            if pdir is not None:
+                self.plug(cell).close_turns(pdir)
+        codes = [rc, *(self._second_exit(pdir, rdir, d, runs[0], rc, timed_out) for d, _ in others)]
+        return [
+            self.read_back(run, d, code, timed_out, started, step if i == 0 else None)
+            for i, (run, (d, _), code) in enumerate(zip(runs, planned, codes))
+        ]
 
-    def execute(self, run: Run, tick: Callable[[], None] | None = None, rdir: Path | None = None) -> str:
-        """One run in a fresh directory (default its runs/ directory): cell.json, then (unless the
-        arm is skipped here or its cache failed) the polled process tree and the plug's reading-back
-        of what the run left (run.json fixed when the trainer died, hung or never wrote an end
-        status). Returns the run's one-line outcome."""
-        rdir, argv = self.plan(run, rdir)
-        refused = self.refusal(run, rdir)
-        if refused:
-            return refused
-        started, step = now(), self.engine.step(self.cfg, run)
-        env = execute.compile_env(self.compile_dir(run.cell))
-        rc, timed_out = execute.launch_polled(
-            self.cfg, run, rdir, argv, tick, env, fork=self.forks(run.cell), step=step
+    def _open_pair(self, runs: list[Run]) -> Path:
+        """A lockstep pair's fresh directory (pairs/<first run>/), with the plug's turn protocol open in it."""
+        pdir = pair_dir(self.out_dir, runs[0])
+        with writing(pdir):
+            shutil.rmtree(pdir, ignore_errors=True)
+            pdir.mkdir(parents=True)
+            self.plug(runs[0].cell).open_turns(pdir)
+        return pdir
+
+    def _second_exit(self, pdir: Path, first: Path, rdir: Path, run: Run, rc: int, timed_out: bool) -> int:
+        """The second run of a pair: its launch.json (the pair's, naming its partner) and its exit
+        status (the pair launcher's record; killed with the pair when it has none)."""
+        launch = read_json(first / "launch.json")
+        atomic_write_json(
+            rdir / "launch.json", {**(launch if isinstance(launch, dict) else {}), "pair_of": run.run_id}
         )
-        return self.read_back(run, rdir, rc, timed_out, started, step)
+        second = read_json(pdir / SECOND_EXIT)
+        code = second.get("exit_code") if isinstance(second, dict) else None
+        code = code if isinstance(code, int) else (rc if timed_out else -9)
+        return code if code >= 0 else 128 - code
 
     def plan(
         self, run: Run, rdir: Path | None = None, lockstep: tuple[Path, int] | None = None
@@ -230,57 +277,6 @@ class Session:
         mark_exit(rdir / "launch.json", rc, timed_out)
         return console.outcome_line(rdir)
 
-    def execute_pair(
-        self, runs: list[Run], tick: Callable[[], None] | None = None, rdirs: list[Path] | None = None
-    ) -> list[str]:
-        """A lockstep pair (``pairing: lockstep``): both runs started at once as one process tree
-        (bench/procs/pair.py), taking turns on the card one optimizer step each, in ``rdirs``
-        (default their runs/ directories). A run that cannot start makes its partner's outcome the
-        same (a lockstep pair runs whole or not at all)."""
-        pdir = pair_dir(self.out_dir, runs[0])
-        with writing(pdir):
-            shutil.rmtree(pdir, ignore_errors=True)
-            pdir.mkdir(parents=True)
-            for role in range(2):
-                os.mkfifo(pdir / f"to{role}")
-        rdirs = rdirs or [None] * len(runs)
-        planned = [
-            self.plan(run, rd, lockstep=(pdir, role)) for role, (run, rd) in enumerate(zip(runs, rdirs))
-        ]
-        refused = [self.refusal(run, rdir) for run, (rdir, _) in zip(runs, planned)]
-        if any(refused):
-            why = next(r for r in refused if r)
-            return [
-                r or outcome.record(rd, run, "error", f"its lockstep partner did not start: {why}")
-                for r, run, (rd, _) in zip(refused, runs, planned)
-            ]
-        (rdir_a, argv_a), (rdir_b, argv_b) = planned
-        second = {"argv": argv_b, "log": str(rdir_b / "stdout.log"), "exit": str(pdir / "second_exit.json")}
-        atomic_write_json(pdir / "second.json", second)
-        argv = [sys.executable, "-m", "bench.procs.pair", str(pdir / "second.json"), "--", *argv_a]
-        started = now()
-        env = execute.compile_env(self.compile_dir(runs[0].cell))
-        try:
-            rc, timed_out = execute.launch_polled(
-                self.cfg, runs[0], rdir_a, argv, tick, env, pair=(pdir, [rdir_b])
-            )
-        finally:  # the FIFOs: nothing to keep (a copied or archived sweep holds no pipes)
-            for role in range(2):
-                (pdir / f"to{role}").unlink(missing_ok=True)
-        launch = read_json(rdir_a / "launch.json")
-        atomic_write_json(
-            rdir_b / "launch.json",
-            {**(launch if isinstance(launch, dict) else {}), "pair_of": runs[0].run_id},
-        )
-        second_exit = read_json(pdir / "second_exit.json")
-        rc_b = second_exit.get("exit_code") if isinstance(second_exit, dict) else None
-        rc_b = rc_b if isinstance(rc_b, int) else (rc if timed_out else -9)
-        rc_b = rc_b if rc_b >= 0 else 128 - rc_b
-        return [
-            self.read_back(runs[0], rdir_a, rc, timed_out, started),
-            self.read_back(runs[1], rdir_b, rc_b, timed_out, started),
-        ]
-
     def _foreign(self, run: Run) -> str | None:
         """With ``foreign_processes: refuse``, why the run does not start: another process holds
         memory on this machine's cards (--retry-failed re-runs its round once they are free)."""
@@ -292,21 +288,16 @@ class Session:
         seen = ", ".join(f"pid {p['pid']} on card {p['card']} ({p['owner']})" for p in procs[:3])
         return f"refused: another process holds memory on the cards ({seen}); foreign_processes: refuse"
 
-    def _prime(self, p: Run) -> None:
-        """One priming run under prime/ (not runs/: no table, pair or verdict reads it); its outcome
-        is printed and kept, and does not stop the sweep (bench/run/warmup.py's Priming)."""
+    def _prime(self, unit: list[Run]) -> None:
+        """A priming unit under prime/ (not runs/: no table, pair or verdict reads it): one
+        discarded run of the cell and arm, or with ``pairing: lockstep`` one of each arm taking
+        turns as a measured pair does, so that the caches and the machine's first minutes are spent
+        before the first measured unit; outcomes printed and kept, never read, and they do not stop
+        the sweep (bench/run/warmup.py's Priming)."""
         if self.progress is not None:
-            self.progress.start(p)
-        line, seconds = execute.timed(lambda: self.execute(p, None, prime_dir(self.out_dir, p)))
-        self.say(f"{p.run_id}: {line} ({seconds:.0f} s, discarded: it primes the caches)")
-
-    def _prime_pair(self, pair: list[Run]) -> None:
-        """A priming pair under prime/ (``pairing: lockstep``): one discarded run of each arm of
-        the cell, taking turns as a measured pair does, so that the caches and the machine's
-        first minutes are spent before the first measured pair; outcomes printed, never read."""
-        if self.progress is not None:
-            self.progress.start(pair[0])
-        rdirs = [prime_dir(self.out_dir, p) for p in pair]
-        lines, seconds = execute.timed(lambda: self.execute_pair(pair, None, rdirs))
-        for p, line in zip(pair, lines):
-            self.say(f"{p.run_id}: {line} ({seconds:.0f} s as a pair, discarded: it primes the caches)")
+            self.progress.start(unit[0])
+        rdirs = [prime_dir(self.out_dir, p) for p in unit]
+        lines, seconds = execute.timed(lambda: self.execute(unit, None, rdirs))
+        how = " as a pair" if len(unit) > 1 else ""
+        for p, line in zip(unit, lines):
+            self.say(f"{p.run_id}: {line} ({seconds:.0f} s{how}, discarded: it primes the caches)")

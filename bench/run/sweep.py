@@ -239,7 +239,7 @@ def run_pending(session: Session, runs: list[Run]) -> None:
     for unit in units(session.cfg, runs):
         if finished(session.out_dir, unit):
             continue
-        session.run(unit[0]) if len(unit) == 1 else session.run_pair(unit)
+        session.run_unit(unit)
         for line in (
             quietly("running Δ", lambda run=unit[-1]: console.running_deltas(session.out_dir, runs, run))
             or []

@@ -73,6 +73,14 @@ class TakesTurns(Protocol):
         lockstep for a trainer whose reader does not take turns."""
         ...
 
+    def open_turns(self, pair_dir: Path) -> None:
+        """Make what the pair's two runs take turns through in ``pair_dir`` (before either starts)."""
+        ...
+
+    def close_turns(self, pair_dir: Path) -> None:
+        """Remove what open_turns made once the pair has ended (a pair directory keeps only files)."""
+        ...
+
 
 def protocol_gaps(obj: object, proto: type) -> list[str]:
     """The members of ``proto`` (a Protocol: its annotated attributes and its methods) that ``obj``

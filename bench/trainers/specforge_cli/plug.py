@@ -208,6 +208,15 @@ class SpecForgeCliPlug:
             config = Path(cell.train_config).resolve()
         return [*wrap, "--", *self.spec_command(cfg, run, rdir, config)]
 
+    def open_turns(self, pair_dir: Path) -> None:
+        """The two FIFOs turns.py's Lockstep passes the turn through: ``to0`` (role 0's inbox), ``to1``."""
+        for role in range(2):
+            os.mkfifo(pair_dir / f"to{role}")
+
+    def close_turns(self, pair_dir: Path) -> None:
+        for role in range(2):
+            (pair_dir / f"to{role}").unlink(missing_ok=True)
+
     def lockstep_command(self, argv: list[str], pair_dir: Path, role: int, last: int) -> list[str]:
         """The wrapper's command with ``--lockstep`` (turns.py's Lockstep in SpecForge's process)."""
         cut = argv.index("--")
