@@ -26,7 +26,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.trainers.specforge_cli.turns import task_stats  # noqa: E402
 
 SYSCALLS = {0: "read", 1: "write", 7: "poll", 9: "mmap", 10: "mprotect", 11: "munmap", 16: "ioctl"}
 SYSCALLS |= {23: "select", 24: "sched_yield", 28: "madvise", 35: "nanosleep", 202: "futex"}
@@ -50,6 +49,25 @@ def trainers() -> dict[int, Path]:
         if out and any("specforge.cli" in a for a in argv):
             found[int(pid)] = Path(out[0]).parent
     return found
+
+
+def task_stats(task_dir: str) -> dict[int, tuple[str, list[str]]]:
+    """Each thread under ``task_dir`` (Linux's /proc/<pid>/task): its kernel name and its stat fields
+    from field 3 (the state) on, so field N of proc(5) is ``fields[N - 3]``; the kernel's view this
+    census is about (state, wait channel, stacks), which no library gives per thread."""
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        try:
+            with open(f"{task_dir}/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        out[int(tid)] = (stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split())
+    return out
 
 
 def sample(pid: int, census: dict, cpu: dict) -> None:

@@ -19,7 +19,7 @@ from bench.__main__ import main
 from bench.config import plan
 from bench.fileio import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from bench.probe import hardware, vram
-from bench.procs import launcher
+from bench.procs import launcher, proctable
 from bench.results import report
 from bench.run import console, preflight
 from bench.run.sweepdir import is_finished
@@ -589,7 +589,7 @@ def test_kill_tree_ends_a_grandchild_that_left_the_session(tmp_path):
     assert launcher.kill_tree(parent.pid) == 2
     assert parent.wait(timeout=10) == -signal.SIGKILL
     deadline = time.monotonic() + 10
-    while (st := launcher.proc_stat(child)) is not None and st[0] != "Z":  # reaped by init, or a zombie
+    while (st := proctable.facts(child)) is not None and not st.zombie:  # reaped by init, or a zombie
         assert time.monotonic() < deadline, st
         time.sleep(0.05)
 
@@ -616,6 +616,6 @@ def test_a_timeout_also_ends_a_rank_that_left_the_group_when_its_parent_ignores_
     assert timed_out and rc == -signal.SIGKILL
     rank = int(pidfile.read_text())
     deadline = time.monotonic() + 10
-    while (st := launcher.proc_stat(rank)) is not None and st[0] != "Z":
+    while (st := proctable.facts(rank)) is not None and not st.zombie:
         assert time.monotonic() < deadline, f"the rank {rank} outlived its run: {st}"
         time.sleep(0.05)

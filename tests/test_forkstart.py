@@ -11,7 +11,7 @@ import pytest
 
 from bench.__main__ import main
 from bench.fileio import read_json
-from bench.procs import forkstart, launcher
+from bench.procs import forkstart, launcher, proctable
 from tests.helpers import REPO
 from tests.test_driver import fakes, sweep_file, train_configs  # noqa: F401 (fakes is a fixture)
 
@@ -65,8 +65,8 @@ def test_timeout_kills_the_forked_run_and_its_children(tmp_path):
     assert timed_out and rc == -signal.SIGTERM and time.monotonic() - t0 < 30
     info = json.loads(out.read_text())
     assert not launcher.group_alive(launch["pgid"])
-    st = launcher.proc_stat(info["grandchild"])
-    assert st is None or st[0] == "Z"  # gone, or dead and not yet reaped by init
+    st = proctable.facts(info["grandchild"])
+    assert st is None or st.zombie  # gone, or dead and not yet reaped by init
 
 
 def test_a_killed_driver_takes_its_forked_runs_with_it(tmp_path):

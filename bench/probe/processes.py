@@ -11,27 +11,22 @@ beside ours) is foreign too, its owner "unknown".
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from bench.probe.backends import GIB
+from bench.procs import proctable
 
 
 def owner(pid: int, root: int | None = None) -> str:
     """ "suite" for the driver (``root``, default this process) and its descendants, "foreign" for
-    another process visible here, "unknown" for a pid /proc does not show."""
+    another process visible here, "unknown" for a pid this machine's process table does not show
+    (another PID namespace)."""
     root = os.getpid() if root is None else root
-    first, seen = True, set()
-    while pid > 1 and pid not in seen:
-        if pid == root:
-            return "suite"
-        seen.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return "unknown" if first else "foreign"
-        first = False
-        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the name: state, then ppid
-    return "suite" if pid == root else "foreign"
+    if pid == root:
+        return "suite"
+    above = proctable.ancestors(pid)
+    if above is None:
+        return "unknown"
+    return "suite" if root in above else "foreign"
 
 
 class ProcessLog:

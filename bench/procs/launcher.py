@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.fileio import atomic_write_json, read_json
-from bench.procs import forkstart
+from bench.procs import forkstart, proctable
 from bench.procs.forkstart import ForkedRun, module_argv
 from bench.procs.lifeline import die_with_parent_fn
 
@@ -76,7 +76,7 @@ def run_process(
         return 127, False
     pgid = proc.pid  # start_new_session: the child leads its own session and group
     atomic_write_json(
-        launch_path, {**record, "pid": proc.pid, "pgid": pgid, "leader_start": _start_ticks(proc.pid)}
+        launch_path, {**record, "pid": proc.pid, "pgid": pgid, "leader_start": proctable.started(proc.pid)}
     )
     deadline = time.monotonic() + timeout_s
     next_tick = time.monotonic() + TICK_S
@@ -106,16 +106,16 @@ def kill_group(pgid: int, proc: subprocess.Popen | None = None) -> None:
     SIGKILL the processes below it that had left the group (torchrun's ranks lead sessions of
     their own: a torchrun killed before it passed the signal on would leave them running, and
     holding their GPU memory)."""
-    leader = proc_stat(pgid)
-    leads = leader is not None and leader[2] == str(pgid)  # else the id may be another's by now
+    leader = proctable.facts(pgid)
+    leads = leader is not None and leader.pgid == pgid  # else the id may be another's by now
     strays = [
-        (pid, _start_ticks(pid))
+        (pid, f.started)
         for pid in (descendants(pgid) if leads else [])
-        if (st := proc_stat(pid)) is not None and st[2] != str(pgid)
+        if (f := proctable.facts(pid)) is not None and f.pgid != pgid
     ]
     _end_group(pgid, proc)
-    for pid, ticks in strays:
-        if ticks is not None and _start_ticks(pid) == ticks:  # the same process, not a reused pid
+    for pid, started in strays:
+        if proctable.started(pid) == started:  # the same process, not a reused pid
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -141,30 +141,16 @@ def _end_group(pgid: int, proc: subprocess.Popen | None) -> None:
 
 def group_alive(pgid: int) -> bool:
     """Whether any live (non-zombie) process is in the group."""
-    proc_root = Path("/proc")
-    if not proc_root.is_dir():
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
-    for entry in proc_root.iterdir():
-        if entry.name.isdigit():
-            st = proc_stat(int(entry.name))
-            if st is not None and st[2] == str(pgid) and st[0] != "Z":
-                return True
-    return False
+    return any(f.pgid == pgid and not f.zombie for f in proctable.table())
 
 
 def descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (its children, theirs, ...), from /proc's parent links:
-    also those that left ``root``'s process group or session (torchrun's ranks do)."""
+    """Every live process below ``root`` (its children, theirs, ...), from the parent links of
+    every process: also those that left ``root``'s process group or session (torchrun's ranks do)."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            st = proc_stat(int(entry.name))
-            if st is not None and st[0] != "Z":
-                children.setdefault(int(st[1]), []).append(int(entry.name))
+    for f in proctable.table():
+        if not f.zombie:
+            children.setdefault(f.ppid, []).append(f.pid)
     found, todo = [], [root]
     while todo:
         below = children.get(todo.pop(), [])
@@ -196,20 +182,6 @@ def kill_tree(root: int) -> int:
     return len(held)
 
 
-def proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2 :].split()
-
-
-def _start_ticks(pid: int) -> str | None:
-    st = proc_stat(pid)
-    return st[19] if st is not None and len(st) > 19 else None
-
-
 def _boot_id() -> str | None:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -231,7 +203,7 @@ def reap_stale(out_dir: Path) -> None:
         if rec.get("hostname") != socket.gethostname() or rec.get("boot_id") != _boot_id():
             continue
         pgid = rec["pgid"]
-        leader = _start_ticks(pgid)
+        leader = proctable.started(pgid)
         if leader is not None and leader != rec.get("leader_start"):
             continue  # the id now belongs to an unrelated process: ours is gone
         if group_alive(pgid):

@@ -34,24 +34,19 @@ import os
 import sys
 import time
 
-STAT_FIELDS = {"utime": 13, "stime": 14, "processor": 38}  # /proc/<pid>/task/<tid>/stat, 0-based
-
 
 def _threads() -> dict:
-    """Every thread of this process: name, CPU seconds, last CPU, context switches."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """Every thread of this process: name, CPU seconds (turns.py's thread_times), context switches."""
     out = {}
-    for tid, (name, fields) in _sibling("turns").task_stats().items():
+    for tid, (name, user, system) in _sibling("turns").thread_times().items():
         try:
             with open(f"/proc/self/task/{tid}/status") as f:
                 status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
         except OSError:
             continue
-        # fields[0] is field 3 of stat (the state): shift the 0-based field numbers by 2
         out[str(tid)] = {
             "name": name,
-            "cpu_s": (int(fields[STAT_FIELDS["utime"] - 2]) + int(fields[STAT_FIELDS["stime"] - 2])) / tick,
-            "cpu": int(fields[STAT_FIELDS["processor"] - 2]),
+            "cpu_s": user + system,
             "voluntary": int(status.get("voluntary_ctxt_switches", "0").strip()),
             "involuntary": int(status.get("nonvoluntary_ctxt_switches", "0").strip()),
         }
@@ -59,28 +54,16 @@ def _threads() -> dict:
 
 
 def _children() -> list[dict]:
-    """Processes below this one (compile workers, data workers): pid, name, threads."""
-    parent: dict[int, int] = {}
-    names: dict[int, tuple[str, int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    """Processes below this one (compile workers, data workers): pid, name, threads (psutil)."""
+    import psutil
+
+    below = []
+    for p in psutil.Process().children(recursive=True):
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                raw = f.read()
-        except OSError:
+            below.append({"pid": p.pid, "name": p.name(), "threads": p.num_threads()})
+        except psutil.Error:  # ended while it was read
             continue
-        fields = raw[raw.rindex(")") + 2 :].split()
-        parent[int(entry)] = int(fields[1])
-        names[int(entry)] = (raw[raw.index("(") + 1 : raw.rindex(")")], int(fields[17]))
-    me, below = os.getpid(), []
-    for pid in sorted(parent):
-        p = parent[pid]
-        while p and p != me and p in parent:
-            p = parent[p]
-        if p == me:
-            below.append({"pid": pid, "name": names[pid][0], "threads": names[pid][1]})
-    return below
+    return sorted(below, key=lambda r: r["pid"])
 
 
 def _host_window(before: dict, after: dict, seconds: float) -> list[dict]:
@@ -92,7 +75,6 @@ def _host_window(before: dict, after: dict, seconds: float) -> list[dict]:
                 "tid": int(tid),
                 "name": a["name"],
                 "cpu_share": round((a["cpu_s"] - b["cpu_s"]) / seconds, 3) if seconds > 0 else None,
-                "cpu_last": a["cpu"],
                 "voluntary": a["voluntary"] - b["voluntary"],
                 "involuntary": a["involuntary"] - b["involuntary"],
             }

@@ -13,22 +13,25 @@ import os
 import time
 
 
-def task_stats(task_dir: str = "/proc/self/task") -> dict[int, tuple[str, list[str]]]:
-    """Each thread under ``task_dir`` (Linux's /proc/<pid>/task): its kernel name and its stat
-    fields from field 3 (the state) on, so field N of proc(5) is ``fields[N - 3]``; empty where
-    there is no such directory. A thread that ends while it is read is left out."""
-    try:
-        tids = os.listdir(task_dir)
-    except OSError:
-        return {}
+def thread_times() -> dict[int, tuple[str, float, float]]:
+    """Every thread of this process: its name and its user and system CPU seconds (psutil's
+    thread times: SpecForge depends on psutil, so the user's interpreter has it), named by Python
+    where Python knows the thread, else by the kernel (``/proc/self/task/<tid>/comm``)."""
+    import threading
+
+    import psutil
+
+    named = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
     out = {}
-    for tid in tids:
-        try:
-            with open(f"{task_dir}/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        out[int(tid)] = (stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split())
+    for t in psutil.Process().threads():
+        name = named.get(t.id)
+        if name is None:
+            try:
+                with open(f"/proc/self/task/{t.id}/comm") as f:
+                    name = f.read().strip()
+            except OSError:
+                name = "?"
+        out[t.id] = (name, t.user_time, t.system_time)
     return out
 
 
@@ -78,7 +81,6 @@ class Lockstep:
         self.t_turn = self.t_install = time.perf_counter()
         self.gc2_s, self._gc_t0 = 0.0, 0.0
         self.main0, self.cpu0, self.alloc0 = time.thread_time(), self._cpu(), {}
-        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.threads0 = self._threads()
         gc.callbacks.append(self.on_gc)
 
@@ -87,29 +89,21 @@ class Lockstep:
         return time.process_time()  # every thread's user + system time, at the clock's resolution
 
     @staticmethod
-    def _threads() -> dict[int, tuple[str, int, int]]:
-        """Every thread's (name, user ticks, system ticks): stat fields 14 and 15, named by Python
-        where Python knows the thread, else by the kernel."""
-        import threading
+    def _threads() -> dict[int, tuple[str, float, float]]:
+        """Every thread's (name, user seconds, system seconds): thread_times."""
+        return thread_times()
 
-        named = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
-        return {
-            tid: (named.get(tid, comm), int(fields[11]), int(fields[12]))
-            for tid, (comm, fields) in task_stats().items()
-        }
-
-    def _thread_cpu(self, now: dict[int, tuple[str, int, int]]) -> dict[str, dict[str, float]]:
+    def _thread_cpu(self, now: dict[int, tuple[str, float, float]]) -> dict[str, dict[str, float]]:
         """The turn's CPU time per thread name (threads of one name summed): user and system seconds."""
-        by_name: dict[str, list[int]] = {}
+        by_name: dict[str, list[float]] = {}
         for tid, (name, user, system) in now.items():
-            _, user0, system0 = self.threads0.get(tid, (name, 0, 0))
+            _, user0, system0 = self.threads0.get(tid, (name, 0.0, 0.0))
             if user - user0 or system - system0:
-                acc = by_name.setdefault(name, [0, 0])
+                acc = by_name.setdefault(name, [0.0, 0.0])
                 acc[0] += user - user0
                 acc[1] += system - system0
         return {
-            name: {"user_s": round(u / self.tick, 3), "sys_s": round(s / self.tick, 3)}
-            for name, (u, s) in sorted(by_name.items())
+            name: {"user_s": round(u, 3), "sys_s": round(sy, 3)} for name, (u, sy) in sorted(by_name.items())
         }
 
     ALLOCATOR_KEYS = ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")

@@ -291,17 +291,15 @@ def _start_pyspy(spec: tuple[str, int, float], pid: int, out: Path) -> dict:
 
 def end_leftovers() -> None:
     """SIGKILL every other live process of this process group (SpecForge's workers that outlived it)."""
-    from bench.procs.launcher import proc_stat
+    from bench.procs import proctable
 
     me, group = os.getpid(), os.getpgrp()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != me:
-            st = proc_stat(int(entry.name))
-            if st is not None and st[2] == str(group) and st[0] != "Z":
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+    for f in proctable.table():
+        if f.pid != me and f.pgid == group and not f.zombie:
+            try:
+                os.kill(f.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def warm_server(sock: str, python: str, driver: int) -> dict:
