@@ -44,6 +44,7 @@ def test_the_wheel_requires_no_torch_and_the_train_extra_brings_it(wheel):
     train = [r.split(";")[0].strip() for r in reqs if r.endswith('extra == "train"')]
     assert sorted(re.split(r"[<>=]", r)[0] for r in train) == [
         "packaging",
+        "psutil",
         "safetensors",
         "torch",
         "transformers",

@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 from bench.fileio import atomic_write_json, read_jsonl
+from bench.procs import proctable
 from bench.procs.launcher import kill_tree
 from bench.record import LOCKSTEP_JSONL, MetricsWriter
 from bench.trainers.isolation import isolated_env
@@ -291,8 +292,6 @@ def _start_pyspy(spec: tuple[str, int, float], pid: int, out: Path) -> dict:
 
 def end_leftovers() -> None:
     """SIGKILL every other live process of this process group (SpecForge's workers that outlived it)."""
-    from bench.procs import proctable
-
     me, group = os.getpid(), os.getpgrp()
     for f in proctable.table():
         if f.pid != me and f.pgid == group and not f.zombie:
@@ -416,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: expected -- before the SpecForge command", file=sys.stderr)
         return 2
     args, command = parse(argv)
+    proctable.table()  # psutil imported and read once now: the stop after the last step waits for neither
     t0, started = time.monotonic(), time.time()
     rdir: Path = args.run_dir
     signals: list[int] = []
