@@ -35,12 +35,7 @@ FIGURES = ["forest.png", "scaling.png", "capacity.png", "training_parity.png"]
 def rebuilt(sweep: Path, tmp: Path) -> Path:
     """A temporary copy of ``sweep`` unpacked and rebuilt by `bench report` (exit 4, a parity
     failure the report states, counts as rebuilt)."""
-    out = tmp / sweep.name
-    out.mkdir()
-    for name in (rawdata.RAW, rawdata.RAW_JSON, "sweep.json"):
-        if (sweep / name).exists():
-            shutil.copyfile(sweep / name, out / name)
-    rawdata.unpack(out)
+    out = rawdata.unpacked_copy(sweep, tmp / sweep.name)
     r = subprocess.run(
         [sys.executable, "-m", "bench", "report", str(out)], cwd=REPO, capture_output=True, text=True
     )

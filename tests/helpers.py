@@ -42,13 +42,6 @@ def built_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
 def committed_sweep(name: str, dst: Path, sweep_json: bool = True) -> Path:
     """A copy of the committed sweep results/<name> in ``dst`` with its raw records unpacked from
     its raw.tar.xz (bench/results/rawdata.py): what `bench report` rebuilds it from."""
-    import shutil
-
     from bench.results import rawdata
 
-    src = REPO / "results" / name
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in (rawdata.RAW, rawdata.RAW_JSON, *(("sweep.json",) if sweep_json else ())):
-        shutil.copyfile(src / f, dst / f)
-    rawdata.unpack(dst)
-    return dst
+    return rawdata.unpacked_copy(REPO / "results" / name, dst, sweep_json)

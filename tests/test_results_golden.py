@@ -71,13 +71,7 @@ def no_plots(no_plots, plots_on, monkeypatch):
 
 def unpacked(fixture: Path, tmp_path: Path) -> Path:
     """A copy of the fixture with its raw records unpacked and nothing else the report writes."""
-    out = tmp_path / fixture.name
-    out.mkdir()
-    for name in (rawdata.RAW, rawdata.RAW_JSON, "sweep.json"):
-        if (fixture / name).exists():
-            shutil.copyfile(fixture / name, out / name)
-    rawdata.unpack(out)
-    return out
+    return rawdata.unpacked_copy(fixture, tmp_path / fixture.name)
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])

@@ -104,6 +104,17 @@ def unpack(sweep_dir: Path) -> list[str]:
     return members
 
 
+def unpacked_copy(sweep_dir: Path, dest: Path, sweep_json: bool = True) -> Path:
+    """``dest`` holding a copy of a packed sweep's archive, raw.json and (``sweep_json``) its
+    sweep.json, unpacked: what `bench report` rebuilds the sweep from, away from its published face."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in (RAW, RAW_JSON, *(("sweep.json",) if sweep_json else ())):
+        if (Path(sweep_dir) / name).exists():
+            shutil.copyfile(Path(sweep_dir) / name, dest / name)
+    unpack(dest)
+    return dest
+
+
 def packed(sweep_dir: Path) -> bool:
     """Whether the sweep's raw records are in its archive (not unpacked)."""
     return (Path(sweep_dir) / RAW).is_file() and not (Path(sweep_dir) / "runs").exists()
