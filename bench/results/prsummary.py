@@ -95,8 +95,8 @@ def energy_coverage(runs: pd.DataFrame, cell_id: Any) -> str:
 def delta_line(r: Any, energy_note: str = "") -> str:
     """``liger vs baseline: +16.2% [+15.3, +17.2] throughput (6 pairs; faster), -5.21 GiB [...] (-18.0%)
     peak VRAM (leaner), loss parity pass (6/6)``: each Δ with its verdict's words; the verdict in words
-    when there is no Δ. A precision target the
-    CI missed is said in the pairs' parenthesis; ``energy_note``: energy_coverage's."""
+    when there is no Δ. A precision target the CI missed is said in the pairs' parenthesis;
+    ``energy_note``: energy_coverage's."""
     speed = delta_text(
         r.delta_samples_per_s_pct, r.delta_samples_per_s_pct_ci95_low, r.delta_samples_per_s_pct_ci95_high
     )
