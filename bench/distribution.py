@@ -36,7 +36,7 @@ TRAINER_ROOT = (
     CHECKOUT if IS_CHECKOUT else SHIPPED if (SHIPPED / "specforge" / "train.py").is_file() else None
 )
 TRAIN_EXTRA = "pip install '.[train]'"
-TRAIN_PACKAGES = ("torch", "transformers", "safetensors")  # what the train extra brings
+TRAIN_PACKAGES = ("torch", "transformers", "safetensors", "psutil")  # what the train extra brings
 
 
 def version() -> str:

@@ -21,6 +21,7 @@ NO_LIGER_ROCM = (
     "requirement, which would add a CUDA Triton beside pytorch-triton-rocm; docs/rocm.md)"
 )
 DRIVER_PACKAGES = ("yaml", "pandas", "scipy", "matplotlib", "tqdm")
+RUN_PACKAGES = ("psutil",)  # what the driver needs to run a sweep (process trees: bench/procs/proctable.py)
 
 
 # A GPU-only arm that is not a Liger arm (compile: TorchInductor's Triton kernels) on a machine
@@ -78,6 +79,11 @@ def skip_lines(reasons: dict[str, str]) -> list[str]:
     for arm, why in reasons.items():
         by_reason.setdefault(why, []).append(arm)
     return [f"{', '.join(arms)} runs will be skipped here: {why}" for why, arms in by_reason.items()]
+
+
+def missing_run_packages() -> list[str]:
+    """The train extra's packages the driver itself needs to run (not to plan) a sweep, missing here."""
+    return [m for m in RUN_PACKAGES if importlib.util.find_spec(m) is None]
 
 
 def check_imports(missing: list[str]) -> None:

@@ -89,7 +89,8 @@ def run_sweep(
     check_out_path(out_dir)
     runs = plan(cfg) if not capacity else []
     for trainer, plug in plugs_for(cfg).items():
-        preflight.check_imports([] if dry_run else plug.missing_packages(cfg))  # a plan needs no torch
+        missing = [] if dry_run else [*preflight.missing_run_packages(), *plug.missing_packages(cfg)]
+        preflight.check_imports(missing)  # a plan needs no torch
         plug.check_cells(cfg, [c for c in cfg.cells if c.trainer == trainer], out_dir, cache_dir_for)
     info = preflight.detect()
     problem = preflight.hardware_problem(cfg, info)
