@@ -25,11 +25,9 @@ sys.path.insert(0, str(REPO))
 from bench.fileio import atomic_write_json, read_json  # noqa: E402
 from bench.results import rawdata  # noqa: E402
 
-FACE = [
-    "runs.csv", "summary.csv", "summary.json", "loss_parity.csv", "vram_per_card.csv", "contrasts.csv",
-    "scaling.csv", "capacity.csv", "trainers.csv", "training_parity.csv", "manifest.json", "report.md",
-]  # fmt: skip
+FACE = list(rawdata.FACE)
 FIGURES = ["forest.png", "scaling.png", "capacity.png", "training_parity.png"]
+ALWAYS = {"runs.csv", "summary.csv", "forest.png"}  # every sweep has these; the others only where they apply
 
 
 def rebuilt(sweep: Path, tmp: Path) -> Path:
@@ -47,7 +45,7 @@ def rebuilt(sweep: Path, tmp: Path) -> Path:
 def copy_back(src: Path, dst: Path, names: list[str]) -> list[str]:
     done = []
     for name in names:
-        if (src / name).exists() and ((dst / name).exists() or name in FACE[:2] or name in FIGURES[:1]):
+        if (src / name).exists() and ((dst / name).exists() or name in ALWAYS):
             shutil.copyfile(src / name, dst / name)
             done.append(name)
     return done
@@ -77,7 +75,8 @@ def main(argv: list[str]) -> int:
                 differ = [
                     n
                     for n in FACE
-                    if (sweep / n).exists() and (out / n).read_bytes() != (sweep / n).read_bytes()
+                    if (sweep / n).exists()
+                    and (not (out / n).exists() or (out / n).read_bytes() != (sweep / n).read_bytes())
                 ]
                 print(f"{sweep.relative_to(REPO)}: {'moved: ' + ', '.join(differ) if differ else 'same'}")
                 stale += [sweep] if differ else []

@@ -26,6 +26,12 @@ RAW = "raw.tar.xz"
 RAW_JSON = "raw.json"
 MEMBERS = ("runs", "pairs", "prime", "smi.csv")  # what a sweep's report is built from
 RECORD_FIGURES = ("throughput.png", "vram_per_card.png", "loss_curves.png", "step_time_dist.png")
+# What `bench report` writes besides figures, the published face's tables and text (a sweep holds
+# those that apply to it): what a rebuild from the archive is compared on.
+FACE = (
+    "runs.csv", "summary.csv", "summary.json", "loss_parity.csv", "vram_per_card.csv", "contrasts.csv",
+    "scaling.csv", "capacity.csv", "trainers.csv", "training_parity.csv", "manifest.json", "report.md",
+)  # fmt: skip
 
 
 def _add(tar: tarfile.TarFile, path: Path, name: str) -> int:

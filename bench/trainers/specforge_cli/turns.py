@@ -12,6 +12,8 @@ import json
 import os
 import time
 
+_KERNEL_NAMES: dict[int, str] = {}  # tid -> its kernel name, read once per thread (not at every step)
+
 
 def thread_times() -> dict[int, tuple[str, float, float]]:
     """Every thread of this process: its name and its user and system CPU seconds (psutil's
@@ -24,11 +26,11 @@ def thread_times() -> dict[int, tuple[str, float, float]]:
     named = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
     out = {}
     for t in psutil.Process().threads():
-        name = named.get(t.id)
+        name = named.get(t.id) or _KERNEL_NAMES.get(t.id)
         if name is None:
             try:
                 with open(f"/proc/self/task/{t.id}/comm") as f:
-                    name = f.read().strip()
+                    name = _KERNEL_NAMES[t.id] = f.read().strip()
             except OSError:
                 name = "?"
         out[t.id] = (name, t.user_time, t.system_time)
