@@ -63,6 +63,13 @@
 #             inputs hold 64 samples: 8 steps of 8)
 #   sfabseq   the same in sequential pairs (the default: --set-sweep pairing=sequential --set-sweep
 #             trainer_gc_freeze=false --warmup-steps 1), at most 4 pairs: the side-by-side
+#   sfinputs  the 4B cell's SpecForge inputs with 128 random samples (13 steps of 8) in $W/ab-inputs
+#             (python -m bench.trainers.specforge_cli.inputs; configs/train/qwen3.5-4b-offline.yaml)
+#   sfabdef   `python -m bench ab --trainer specforge-cli -c $W/ab-inputs/run.yaml --python ...`, the
+#             README's command with no other flag (the default pairing: lockstep); sfabdef2 the same
+#             again into a second directory (caches warm)
+#   sfabseq13 the same with --pairing sequential --pairs 5: the side-by-side of the two pairings
+#             (run between sfabdef and sfabdef2: lockstep, sequential, lockstep)
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
@@ -95,7 +102,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-specforge-memory-lockstep h200-specforge-memory-sequential h200-specforge-ab-lockstep h200-specforge-ab-sequential h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-specforge-ab-default h200-specforge-ab-default2 h200-specforge-ab-seq13 h200-specforge-memory-lockstep h200-specforge-memory-sequential h200-specforge-ab-lockstep h200-specforge-ab-sequential h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -203,6 +210,12 @@ for spec in $stages; do
         -c "$(find $W/h200/cache -maxdepth 2 -name run.yaml | head -1)" --python /tmp/sfenv/python --steps 8 training.accumulation_steps=4 training.num_anchors=512 \
         --set-sweep pairing=sequential --set-sweep trainer_gc_freeze=false --warmup-steps 1 --max-pairs 4 \
         --out $W/h200-specforge-ab-sequential --resume ;;
+    sfinputs) [ -f $W/ab-inputs/meta.json ] || { sed 's/num_samples: 64/num_samples: 128/' configs/train/qwen3.5-4b-offline.yaml >/tmp/ab128.yaml \
+        && run_stage sf-inputs python3 -m bench.trainers.specforge_cli.inputs /tmp/ab128.yaml --seq-len 2048 --output-dir $W/ab-inputs; } ;;
+    sfabdef|sfabdef2) sfenv && d=h200-specforge-ab-default; [ $stage = sfabdef2 ] && d=${d}2
+        run_stage $d python3 -m bench ab --trainer specforge-cli -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --out $W/$d --resume ;;
+    sfabseq13) sfenv && run_stage h200-specforge-ab-seq13 python3 -m bench ab --trainer specforge-cli -c $W/ab-inputs/run.yaml \
+        --python /tmp/sfenv/python --pairing sequential --pairs 5 --out $W/h200-specforge-ab-seq13 --resume ;;
     sfpause) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-pause python3 -m bench sweep configs/h200-specforge-pause.yaml --out $W/h200-specforge-pause --resume ;;
     sfparity200) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \

@@ -1,13 +1,19 @@
 """``python -m bench ab -c RUN.yaml [--trainer NAME] [key=value ...]``: an A/B of one training
 config with no sweep YAML to write. It writes the sweep config the README's example would be —
-one cell of that config, baseline vs liger, 13 steps with 1 warm-up, the precision rule
-``{ci_halfwidth_pct: 1.0, min_pairs: 3, max_pairs: 6}``, ``hardware: any`` — into the sweep
+one cell of that config, baseline vs liger, 13 steps, the precision rule ``{ci_halfwidth_pct:
+1.0, min_pairs: 3, max_pairs: 6}``, ``hardware: any`` — into the sweep
 directory as ``ab.yaml`` and runs it as ``bench sweep`` would (same checks, runs, resume and
 report); the PR Summary is what it prints last. ``key=value`` are the training config's own
 dotted keys (the cell's ``set:``); ``--arm NAME:key=value[,key=value...]`` (repeatable) declares
 an arm of your own with the trainer's own keys (the sweep's ``user_arms``), so that ``--arm
 eager:training.attention_backend=sdpa`` alone is the A/B baseline vs eager; bad input is one line
 and exit 2, before anything is written.
+
+The pairing follows the trainer: one whose runs can take turns on a card (the SpecForge CLI)
+runs each pair in lockstep with the collector's heap frozen after step 1 and 3 warm-up steps
+(LOCKSTEP: the precise mode, docs/method.md says why); any other runs its pairs one run after
+the other with 1 warm-up step. ``--pairing`` (or ``--set-sweep pairing=...``) chooses, and an
+explicit ``--warmup-steps`` or ``--set-sweep trainer_gc_freeze=...`` is kept.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from bench.fileio import writing
 
 AB_CONFIG = "ab.yaml"  # the generated sweep config, inside the sweep directory
 HEADER = "# Written by `python -m bench ab` (bench/run/ab.py)"  # how an ab.yaml of ours begins
-DEFAULTS = {"steps": 13, "warmup_steps": 1, "batch_size": 2, "seq_len": 2048}
+DEFAULTS = {"steps": 13, "batch_size": 2, "seq_len": 2048}
+WARMUP_STEPS = {"lockstep": 3, "sequential": 1}  # per pairing, when --warmup-steps is not given
+LOCKSTEP = {"pairing": "lockstep", "trainer_gc_freeze": True}  # a turn-taking trainer's default
 PRECISION = {"ci_halfwidth_pct": 1.0, "min_pairs": 3, "max_pairs": 6}
 _KEY = re.compile(r"^[A-Za-z_][\w.-]*$")
 
@@ -47,6 +55,17 @@ def add_ab_parser(sub) -> None:
     )
     for name, default in DEFAULTS.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=f"default {default}")
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        help="steps dropped from each run (default 3 in lockstep pairs, 1 in sequential pairs)",
+    )
+    p.add_argument(
+        "--pairing",
+        choices=("lockstep", "sequential"),
+        help="a pair's two runs on the card at once, taking turns (default where the trainer can: "
+        "the SpecForge CLI), or one after the other (default otherwise)",
+    )
     p.add_argument("--pairs", type=int, help="a fixed number of pairs instead of the precision rule")
     p.add_argument("--ci-halfwidth-pct", type=float, default=PRECISION["ci_halfwidth_pct"])
     p.add_argument("--min-pairs", type=int, default=PRECISION["min_pairs"])
@@ -120,7 +139,7 @@ def sweep_doc(args) -> dict:
     arms = args.arms if args.arms is not None else "baseline" if user else "baseline,liger"
     doc["arms"] = [a.strip() for a in arms.split(",") if a.strip()]
     doc["arms"] += [name for name in user if name not in doc["arms"]]
-    doc |= {"steps": args.steps, "warmup_steps": args.warmup_steps}
+    doc |= {"steps": args.steps}
     if args.pairs is not None:
         doc["repeats"] = args.pairs
     else:
@@ -129,12 +148,40 @@ def sweep_doc(args) -> dict:
             "min_pairs": args.min_pairs,
             "max_pairs": args.max_pairs,
         }
-    doc |= _pairs(args.set_sweep, "--set-sweep")
+    doc |= pairing_keys(args, _pairs(args.set_sweep, "--set-sweep"))
     cell = {"config": str(config.resolve()), "batch_size": [args.batch_size], "seq_len": [args.seq_len]}
     sets = _pairs(args.overrides, "key=value")
     if sets:
         cell["set"] = sets
     return {**doc, "cells": [cell]}
+
+
+def pairing_keys(args, set_sweep: dict) -> dict:
+    """The sweep keys of the pairing (pairing, trainer_gc_freeze, warmup_steps) with the other
+    ``--set-sweep`` keys: lockstep with the heap frozen and 3 warm-up steps for a trainer whose
+    runs take turns, sequential with 1 otherwise; what the user gave wins."""
+    if args.pairing is not None:
+        if set_sweep.get("pairing", args.pairing) != args.pairing:
+            raise SweepError(f"--pairing {args.pairing} and --set-sweep pairing={set_sweep['pairing']} disagree")
+        set_sweep["pairing"] = args.pairing
+    default = LOCKSTEP if _takes_turns(args.trainer) else {"pairing": "sequential"}
+    pairing = set_sweep.get("pairing", default["pairing"])
+    keys = dict(LOCKSTEP) if pairing == "lockstep" else {}
+    if args.warmup_steps is not None:
+        keys["warmup_steps"] = args.warmup_steps
+    else:
+        keys["warmup_steps"] = WARMUP_STEPS.get(pairing, WARMUP_STEPS["sequential"])
+    return keys | set_sweep
+
+
+def _takes_turns(trainer: str | None) -> bool:
+    """Whether the trainer (None: the default one) can run a pair's runs in lockstep; an unknown
+    name is False here and refused by the sweep's own checks."""
+    from bench.trainers import registered
+
+    trainers = registered()
+    reader = trainers.get(trainer) if trainer else next(iter(trainers.values()))
+    return bool(getattr(reader, "reader", None) and reader.reader.takes_turns)
 
 
 def run_ab(args, argv: list[str] | None = None) -> int:
