@@ -206,8 +206,10 @@ def test_a_liger_run_of_the_real_cli_whose_kernels_did_not_land_gets_no_delta(tm
         "1",
         "--steps",
         "3",
+        "--pairing",
+        "sequential",
     ]
-    main(argv)
+    assert main(argv) == 0
     runs = {r["arm"]: r for r in csv.DictReader((out / "runs.csv").open())}
     assert runs["liger"]["status"] == runs["baseline"]["status"] == "ok"
     assert runs["liger"]["arm_in_effect"] == "no: no LigerRMSNorm, LigerSwiGLUMLP in the model"

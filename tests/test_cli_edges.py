@@ -23,6 +23,15 @@ TINY = "configs/train/tiny-offline.yaml"
         (["--set-sweep", "steps=[1"], "error: --set-sweep: 'steps=[1': the value is not YAML"),
         (["--python", "/some/python"], "error: --python /some/python: only --trainer specforge-cli runs in"),
         (["--out", ""], "error: --out: empty path; expected a directory"),
+        (["--steps", "1"], "error: --steps 1: sequential pairs drop 1 warm-up step(s) by default"),
+        (
+            ["--trainer", "specforge-cli", "--steps", "3"],
+            "error: --steps 3: lockstep pairs drop 3 warm-up step(s) by default, which leaves none",
+        ),
+        (
+            ["--pairing", "sequential", "--set-sweep", "pairing=lockstep"],
+            "error: --pairing sequential and --set-sweep pairing=lockstep disagree",
+        ),
     ],
 )
 def test_bench_ab_refuses_in_one_line_what_it_cannot_use(args, says, tmp_path):
@@ -30,6 +39,43 @@ def test_bench_ab_refuses_in_one_line_what_it_cannot_use(args, says, tmp_path):
     r = run_cli("bench", "ab", "-c", TINY, *out, "--dry-run", *args, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith(says) and r.stderr.count("\n") == 1, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "o").exists()
+
+
+def ab_doc(*argv: str) -> dict:
+    import argparse
+
+    from bench.run.ab import add_ab_parser, sweep_doc
+
+    parser = argparse.ArgumentParser()
+    add_ab_parser(parser.add_subparsers())
+    return sweep_doc(parser.parse_args(["ab", "-c", TINY, *argv]))
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [  # docs/reference.md, bench ab: the pairing follows the trainer, what the user typed wins
+        ([], {"pairing": None, "trainer_gc_freeze": None, "warmup_steps": 1}),
+        (
+            ["--trainer", "specforge-cli"],
+            {"pairing": "lockstep", "trainer_gc_freeze": True, "warmup_steps": 3},
+        ),
+        (
+            ["--trainer", "specforge-cli", "--pairing", "sequential"],
+            {"pairing": "sequential", "trainer_gc_freeze": None, "warmup_steps": 1},
+        ),
+        (
+            ["--trainer", "specforge-cli", "--warmup-steps", "2", "--set-sweep", "trainer_gc_freeze=false"],
+            {"pairing": "lockstep", "trainer_gc_freeze": False, "warmup_steps": 2},
+        ),
+        (
+            ["--trainer", "specforge-cli", "--set-sweep", "pairing=sequential"],
+            {"pairing": "sequential", "trainer_gc_freeze": None, "warmup_steps": 1},
+        ),
+    ],
+)
+def test_bench_ab_pairs_in_lockstep_by_default_only_where_the_trainer_takes_turns(argv, expected):
+    doc = ab_doc(*argv)
+    assert {key: doc.get(key) for key in expected} == expected
 
 
 def test_a_terminal_that_cannot_print_delta_gets_the_report_not_a_traceback(tmp_path):
@@ -68,7 +114,7 @@ def test_bench_ab_of_a_config_with_a_non_ascii_file_name_runs(tmp_path):
     ("args", "says"),
     [
         (
-            ["--steps", "1"],
+            ["--steps", "1", "--warmup-steps", "1"],
             "error: --warmup-steps: 1 leaves no steady-state steps; expected less than --steps (1)",
         ),
         (["--batch-size", "0"], "error: --batch-size: expected a value >= 1, got 0"),

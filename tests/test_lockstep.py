@@ -176,7 +176,7 @@ def build_ab(root: Path) -> dict:
     )
     argv = [sys.executable, "-m", "bench", "ab", "--trainer", "specforge-cli", "-c", str(cache / "run.yaml")]
     argv += ["--python", str(upstream_python()), "--out", str(root / "out"), "--seq-len", "128"]
-    argv += ["--arms", "baseline,aa", "--pairs", "2", "--steps", "5", "--set-sweep", "pairing=lockstep"]
+    argv += ["--arms", "baseline,aa", "--pairs", "2", "--steps", "5"]  # lockstep: bench ab's default here
     argv += ["--set-sweep", "prime_runs=1"]
     r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -218,6 +218,17 @@ def test_a_lockstep_ab_of_the_real_cli_alternates_steps_and_times_each_by_its_ow
         losses = [[r["loss"] for r in metrics(d)] for d in rdirs]
         assert losses[0] == losses[1]  # baseline and aa compute the same, turns or not
     assert not [p for p in (out / "pairs").rglob("*") if p.is_fifo()]  # nothing left that cannot be copied
+
+
+@pytest.mark.slow
+def test_bench_ab_of_the_cli_runs_lockstep_pairs_with_the_heap_frozen_by_default(ab):
+    """No pairing flag given (build_ab): the README's one command is the precise mode."""
+    out, _ = ab
+    doc = yaml.safe_load((out / "ab.yaml").read_text())
+    assert (doc["pairing"], doc["trainer_gc_freeze"], doc["warmup_steps"]) == ("lockstep", True, 3)
+    runs = list(csv.DictReader((out / "runs.csv").open()))
+    assert [(r["warmup_steps"], r["steps_measured"]) for r in runs] == [("3", "2")] * 4  # 5 steps - 3
+    assert all((out / "runs" / r["run_id"] / "gc_freeze.json").is_file() for r in runs)
 
 
 @pytest.mark.slow

@@ -61,6 +61,8 @@ def build_ab(root: Path) -> dict:
         "2",
         "--steps",
         "3",
+        "--pairing",  # forked single runs: this A/B's subject (lockstep pairs are tests/test_lockstep.py's)
+        "sequential",
         "--set-sweep",
         "trainer_python_fork=true",
     ]
@@ -142,7 +144,9 @@ def test_data_smaller_than_a_run_is_refused_in_one_line_before_anything_starts(s
     doc["data"]["hidden_states_path"] = str(feats)
     config = tmp_path / "small.yaml"
     config.write_text(yaml.safe_dump(doc))
-    r = ab(config, tmp_path / "out", "--pairs", "2", "--steps", "3")  # 3 x batch 2 x accumulation 2 = 12
+    r = ab(
+        config, tmp_path / "out", "--pairs", "2", "--steps", "3", "--pairing", "sequential"
+    )  # 3 x batch 2 x accumulation 2 = 12
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "your data holds 5 samples" in r.stderr and "a run needs 12" in r.stderr
     assert not (tmp_path / "out").exists()

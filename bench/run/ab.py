@@ -162,7 +162,9 @@ def pairing_keys(args, set_sweep: dict) -> dict:
     runs take turns, sequential with 1 otherwise; what the user gave wins."""
     if args.pairing is not None:
         if set_sweep.get("pairing", args.pairing) != args.pairing:
-            raise SweepError(f"--pairing {args.pairing} and --set-sweep pairing={set_sweep['pairing']} disagree")
+            raise SweepError(
+                f"--pairing {args.pairing} and --set-sweep pairing={set_sweep['pairing']} disagree"
+            )
         set_sweep["pairing"] = args.pairing
     default = LOCKSTEP if _takes_turns(args.trainer) else {"pairing": "sequential"}
     pairing = set_sweep.get("pairing", default["pairing"])
@@ -170,7 +172,12 @@ def pairing_keys(args, set_sweep: dict) -> dict:
     if args.warmup_steps is not None:
         keys["warmup_steps"] = args.warmup_steps
     else:
-        keys["warmup_steps"] = WARMUP_STEPS.get(pairing, WARMUP_STEPS["sequential"])
+        keys["warmup_steps"] = warmup = WARMUP_STEPS.get(pairing, WARMUP_STEPS["sequential"])
+        if warmup >= args.steps:  # the user never typed --warmup-steps: say where the number comes from
+            raise SweepError(
+                f"--steps {args.steps}: {pairing} pairs drop {warmup} warm-up step(s) by default, which "
+                f"leaves none to measure; give --steps above {warmup}, or --warmup-steps N"
+            )
     return keys | set_sweep
 
 
