@@ -152,6 +152,9 @@ class CellDoc(_Record):
     config_sha256: str | None = None
     set: dict[str, Any] | None = None  # the cells entry's `set:` overrides
     arm_set: dict[str, Any] | None = None  # a sweep's own arm's keys (user_arms; absent for a built-in arm)
+    # the trainer keys a plug set for a built-in arm's intent beyond the Liger switch (compile,
+    # attention, optimizer, ...): checked against what the run resolved, as a user arm's keys are
+    arm_keys: dict[str, Any] | None = None
     cache_dir: str | None = None
     timeout_s: float | None = None
     command: list[str] | None = None

@@ -164,8 +164,54 @@ def test_runs_csv_says_a_user_arm_whose_key_did_not_take_is_not_in_effect():
         "no: LigerRMSNorm, LigerSwiGLUMLP in the model, not asked for; "
         "training.attention_backend resolved to 'flex_attention'"
     )
-    assert verdict(None) == "yes"  # no record of the keys: the module classes alone
+    assert verdict(None) is None  # keys set, nothing recorded of them: the module classes cannot prove it
     assert verdict(None, None) is None  # no record at all: no claim
+    assert verdict(took, None) == "yes"  # its keys resolved as asked: a user arm swaps no kernel
+
+
+@pytest.mark.parametrize(
+    ("arm", "keys", "resolved", "types", "expected"),
+    [  # a built-in arm's intent as the plug's keys (cell.json's arm_keys), judged on what the run resolved
+        (
+            "sdpa",
+            {"model.attention_backend": "sdpa"},
+            {"model.attention_backend": {"config": "sdpa"}},
+            "stock",
+            "yes",
+        ),
+        (
+            "sdpa",
+            {"model.attention_backend": "sdpa"},
+            {"model.attention_backend": {"config": "flex_attention"}},
+            "stock",
+            "no: model.attention_backend resolved to 'flex_attention'",
+        ),
+        ("sdpa", {"model.attention_backend": "sdpa"}, None, "stock", None),  # set, never read back
+        ("sdpa", None, None, "stock", "yes"),  # a record from before arm_keys: the module classes, as then
+        (
+            "liger_compile",
+            {"model.compile_layers": True},
+            {"model.compile_layers": {"config": False}},
+            "liger",
+            "no: model.compile_layers resolved to False",
+        ),
+        (
+            "liger_compile",
+            {"model.compile_layers": True},
+            {"model.compile_layers": {"config": True}},
+            None,
+            None,
+        ),
+        ("baseline", None, None, None, None),
+    ],
+)
+def test_a_built_in_arm_is_in_effect_only_where_its_runs_resolved_its_keys(
+    arm, keys, resolved, types, expected
+):
+    cell = CellDoc.of(arm=arm, arm_keys=keys)
+    modules = {"stock": STOCK, "liger": LIGER, None: None}[types]
+    run = RunDoc.of(status="ok", draft_module_types=modules, set_resolved=resolved)
+    assert arm_in_effect(RunRecord(Path("r"), cell, run, pd.DataFrame(), None)) == expected
 
 
 # ------------------------------------------------------------ the real SpecForge CLI, end to end

@@ -90,8 +90,9 @@ def arms_section(runs: pd.DataFrame, sweep: dict, records: list[RunRecord]) -> l
     intro = (
         "**Arms.** Whether each arm took effect is read from its runs, not assumed from the keys set: "
         "the module classes of the model each run trained (a Liger arm's `LigerRMSNorm` and "
-        "`LigerSwiGLUMLP`, none in the others) and, for an arm of the sweep's own, what the trainer "
-        "resolved each of its keys to (runs.csv's `arm_in_effect`; a cell with a run not in effect gets "
-        "no Δ)."
+        "`LigerSwiGLUMLP`, none in the others) and what the trainer resolved each key the arm set to "
+        "(an arm of the sweep's own, or the keys a built-in arm's intent became: runs.csv's "
+        "`arm_in_effect`; a cell with a run not in effect gets no Δ; a run that recorded neither is "
+        "'not recorded', never in effect)."
     )
     return [intro, "", *fmt.table(HEADER, rows), ""]

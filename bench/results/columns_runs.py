@@ -207,10 +207,11 @@ RUNS_TABLE = Table(
         Column(
             "arm_in_effect", TEXT, "",
             "whether the model the run trained held the Liger modules its arm asks for and no others, and "
-            "for a user arm whether the trainer resolved each of its keys to the value asked (`yes`, or "
-            "`no: ` and what differs), from the run's own records (run.json's `draft_module_types` and "
-            "`set_resolved`; the SpecForge CLI's from inside its process after step 1); empty when the run "
-            "recorded neither. A cell with a `no` run gets the verdict `arm not in effect`, never a Δ",
+            "whether the trainer resolved each key the arm set to the value asked (a user arm's keys; a "
+            "built-in arm's, cell.json's `arm_keys`) (`yes`, or `no: ` and what differs), from the run's "
+            "own records (run.json's `draft_module_types` and `set_resolved`; the SpecForge CLI's from "
+            "inside its process after step 1); empty when a part was not recorded (not proven). A cell "
+            "with a `no` run gets the verdict `arm not in effect`, never a Δ",
         ),
         *STARTUP, *STATE, *ENERGY,
         Column("start_time", TEXT, "", "run.json's start time (ISO 8601)"),

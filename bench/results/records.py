@@ -463,10 +463,12 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
 
 def arm_in_effect(rec: RunRecord) -> str | None:
     """Whether the run's own record shows its arm in effect: its Liger kernels in the model it
-    trained and no others (bench.arms.Arm.in_effect), and for a sweep's own arm (the baseline
-    with its keys) each key resolved by the trainer to the value asked (Arm.keys_in_effect). None
-    when the run recorded neither (a SpecForge run before the census, a multi-GPU SpecForge run)
-    or its arm is unknown."""
+    trained and no others (bench.arms.Arm.in_effect), and each key the arm set — a sweep's own
+    arm's (user_arms) or the keys a plug set for a built-in arm's intent (cell.json's arm_keys) —
+    resolved by the trainer to the value asked (Arm.keys_in_effect). "no: ..." as soon as one
+    record shows otherwise; "yes" only when every part was recorded; None when a part was not
+    (keys set but no set_resolved; no module census of a Liger arm or of an arm without keys) or
+    the arm is unknown: not proven."""
     run = rec.run or RunDoc()
     arm = ARMS.get(str(rec.arm))
     sets = rec.cell.arm_set if rec.cell else None
@@ -474,13 +476,19 @@ def arm_in_effect(rec: RunRecord) -> str | None:
         arm = user_arm(str(rec.arm), "", sets)
     if arm is None:
         return None
-    said = [arm.in_effect(run.draft_module_types)] if isinstance(run.draft_module_types, list) else []
-    if arm.user and isinstance(run.set_resolved, dict):
-        said.append(arm.keys_in_effect(run.set_resolved))
-    if not said:
-        return None
+    keys = arm.sets if arm.user else (rec.cell.arm_keys if rec.cell else None) or {}
+    census = isinstance(run.draft_module_types, list)
+    said, unproven = [], not census and (arm.liger or not keys)  # keys alone prove a non-Liger arm
+    if census:
+        said.append(arm.in_effect(run.draft_module_types))
+    if keys and isinstance(run.set_resolved, dict):
+        said.append(user_arm(str(rec.arm), "", dict(keys)).keys_in_effect(run.set_resolved))
+    elif keys:
+        unproven = True  # keys set, nothing recorded of what the trainer made of them
     failed = [s.removeprefix("no: ") for s in said if s != "yes"]
-    return "no: " + "; ".join(failed) if failed else "yes"
+    if failed:
+        return "no: " + "; ".join(failed)
+    return None if unproven else "yes"
 
 
 def _foreign(vram: dict | None) -> str | None:

@@ -141,10 +141,16 @@ def bytecode_dir(compile_dir: Path | None, env: Mapping[str, str] = os.environ) 
 
 
 def cell_record(
-    cfg: SweepConfig, run: Run, argv: list[str], cache_dir: Path | None, placement: dict | None = None
+    cfg: SweepConfig,
+    run: Run,
+    argv: list[str],
+    cache_dir: Path | None,
+    placement: dict | None = None,
+    arm_keys: dict | None = None,
 ) -> CellDoc:
     """cell.json: what the driver planned for this run (its identity, the cell, the command), and
-    where the engine placed it (``placement``: a Slurm allocation's ``slurm``)."""
+    where the engine placed it (``placement``: a Slurm allocation's ``slurm``); ``arm_keys``: the
+    keys the plug set for a built-in arm's intent (its ``arm_sets``), recorded where there are any."""
     c = run.cell
     return CellDoc.of(
         run_id=run.run_id,
@@ -170,6 +176,7 @@ def cell_record(
         config_sha256=c.config_sha256,
         set=c.overrides,
         **({"arm_set": dict(run.spec.sets)} if run.spec.user else {}),
+        **({"arm_keys": dict(arm_keys)} if arm_keys and not run.spec.user else {}),
         cache_dir=str(cache_dir) if cache_dir is not None else None,
         timeout_s=c.timeout_s,
         command=argv,

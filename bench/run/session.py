@@ -236,7 +236,9 @@ class Session:
         if lockstep is not None:
             argv = plug.lockstep_command(argv, *lockstep, last=run.cell.steps)
         warm = compile_dir is not None and any(p.is_file() for p in compile_dir.rglob("*"))  # not empty dirs
-        record = execute.cell_record(cfg, run, argv, cache_dir, self.engine.placement())
+        arm_sets = getattr(plug, "arm_sets", None)  # the plugs that translate an arm into their own keys
+        arm_keys = arm_sets(run.spec) if callable(arm_sets) else None
+        record = execute.cell_record(cfg, run, argv, cache_dir, self.engine.placement(), arm_keys)
         compile_cache: dict = {"dir": str(compile_dir) if compile_dir else None, "warm": warm}
         pyc = execute.bytecode_dir(compile_dir)
         if pyc is not None:  # Python's bytecode shared too (PYTHONDONTWRITEBYTECODE in the environment)
