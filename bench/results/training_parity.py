@@ -196,7 +196,7 @@ def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: di
     row["tolerance"] = tolerance(metric, p, sensed)
     row["rounds"] = len(set(runs.get(arm, {})) & set(runs.get(BASELINE, {})))
     if d.empty:
-        return {**row, "verdict": "no verdict: no run of the arm paired with a baseline run"}
+        return {**row, "verdict": f"no verdict: {unpaired(runs, arm, metric)}"}
     row.update(max_abs_delta=float(d.max()), last_abs_delta=float(d.iloc[-1]))
     if floor.empty:
         return {**row, "verdict": f"no verdict: no A/A run ({AA}) to measure the floor"}
@@ -222,6 +222,19 @@ def judge(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str, p: di
     return row
 
 
+def unpaired(runs: dict[str, dict[int, pd.DataFrame]], arm: str, metric: str) -> str:
+    """Why an arm's divergence from the baseline is empty, in the runs' own terms: a side with no
+    run, a side that never logged the metric (or only NaN), or no round that ran both."""
+    for who, name in ((arm, "the arm's"), (BASELINE, "the baseline's")):
+        frames = list(runs.get(who, {}).values())
+        if not frames:
+            return f"no run of {who} to compare"
+        values = [pd.to_numeric(f[metric], errors="coerce").dropna() for f in frames if metric in f]
+        if not any(len(v) for v in values):
+            return f"{name} runs logged no {metric} at any step"
+    return "no run of the arm paired with a baseline run of the same round"
+
+
 def learned(runs: dict[str, dict[int, pd.DataFrame]], p: dict, steps: int) -> dict[str, Any]:
     """The baseline's loss at its first step, over its last window, and the fall in %."""
     loss = baseline_mean(runs, "loss").dropna()
@@ -232,6 +245,16 @@ def learned(runs: dict[str, dict[int, pd.DataFrame]], p: dict, steps: int) -> di
     return {"loss_first_baseline": first, "loss_last_baseline": last, "loss_drop_pct": drop}
 
 
+def planned_arms(sweep: dict) -> list[str]:
+    """The arms the sweep config planned (its ``arms`` and ``user_arms``): each gets its rows, so
+    that an arm whose runs all dropped out (failed, cut short, unreadable) reads "no verdict",
+    never vanishes from the table."""
+    config = sweep.get("config") or {}
+    arms = config.get("arms") if isinstance(config.get("arms"), list) else []
+    user = config.get("user_arms") if isinstance(config.get("user_arms"), dict) else {}
+    return [str(a) for a in dict.fromkeys([*arms, *user])]
+
+
 def training_parity_table(records: list[RunRecord], sweep: dict) -> pd.DataFrame:
     """training_parity.csv: per cell, arm (not the baseline, not the A/A arm) and metric, the
     verdict against the A/A floor; empty when the sweep is not a parity sweep."""
@@ -239,8 +262,11 @@ def training_parity_table(records: list[RunRecord], sweep: dict) -> pd.DataFrame
     if p is None:
         return pd.DataFrame(columns=TRAINING_PARITY_COLUMNS)
     cells = {str(r.cell_id): r for r in records if r.cell}
+    planned = planned_arms(sweep)
     rows = []
-    for cell_id, runs in series(records).items():
+    found = series(records)
+    for cell_id in dict.fromkeys([*found, *cells]):  # a cell whose runs all dropped out keeps its rows
+        runs = found.get(cell_id, {})
         rec = cells.get(cell_id)
         cell = rec.cell if rec else None  # every record in cells has one
         ident = {
@@ -251,7 +277,9 @@ def training_parity_table(records: list[RunRecord], sweep: dict) -> pd.DataFrame
         ident["trainer"] = rec.trainer if rec else None
         steps = int(cell.steps or 0) if cell else 0
         fell = learned(runs, p, steps)
-        for arm in (a for a in runs if a not in (BASELINE, *FLOOR_ARMS)):
+        for arm in dict.fromkeys([*planned, *runs]):
+            if arm in (BASELINE, *FLOOR_ARMS):
+                continue
             for metric in METRICS:
                 row = {**ident, **fell, **judge(runs, arm, metric, p, steps)}
                 if fell and fell["loss_drop_pct"] < p["min_loss_drop_pct"] and row["verdict"] == "equivalent":
