@@ -60,6 +60,11 @@ def test_cpu_sweep_writes_every_result(sweep):
         assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\] throughput \(3 pairs; \w", line), (
             line
         )  # + its verdict
+    # primed (configs/cpu.yaml's prime_runs: 1): the first running Δ compares two warm runs, never
+    # a cold first run (which once read hundreds of percent)
+    assert sorted(p.name.rsplit("_", 1)[-1] for p in (out / "prime").iterdir()) == ["prime1"] * 3
+    first = next(ln for ln in r.stdout.splitlines() if "running Δ samples/s, aa vs baseline" in ln)
+    assert abs(float(re.search(r": ([+-]\d+\.\d)%", first).group(1))) < 100, first
     ran = runs[runs.arm == "adamw_plain"].iloc[0]
     assert json.loads((out / "runs" / ran.run_id / "run.json").read_text())["optimizer"] == "AdamW, for-loop"
     assert list(pd.read_csv(out / "loss_parity.csv").columns) == LOSS_PARITY_COLUMNS
