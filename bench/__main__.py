@@ -297,6 +297,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str] | None) -> int:
         refuse_packed(Path(args.dir))
         if not (Path(args.dir) / "runs").is_dir():
             raise SweepError(f"{args.dir}: no runs/ directory; expected the output directory of a sweep")
+        refuse_blocked_outputs(Path(args.dir))
         return report(Path(args.dir))
     if args.command == "raw":
         from bench.results.rawdata import run_raw
@@ -333,6 +334,21 @@ def _dispatch(args: argparse.Namespace, argv: list[str] | None) -> int:
         rc = main_detect()
         return rc if isinstance(rc, int) else 0
     return 2
+
+
+def refuse_blocked_outputs(out: Path) -> None:
+    """Before ``bench report`` writes anything: a directory (or anything but a file) where it
+    writes one of its files is refused in one line naming it."""
+    from bench.results.columns import OPTIONAL_REPORT_FILES, REPORT_FILES
+
+    for name in (*REPORT_FILES, *OPTIONAL_REPORT_FILES):
+        path = out / name
+        if path.exists() and not path.is_file():
+            what = "a directory" if path.is_dir() else "not a file"
+            raise SweepError(
+                f"{path}: {what}, where bench report writes its {name}; move it away, then run the same "
+                "command again"
+            )
 
 
 def _main(argv: list[str] | None) -> int:

@@ -197,22 +197,32 @@ def test_rocm_torch_with_a_second_triton_is_refused(monkeypatch):
 
 
 def test_single_triton_passes(monkeypatch):
+    """One distribution of the `triton` module (its name spelled with underscores, or listed twice),
+    or none: one provider at most is found, and the check refuses nothing."""
     _providers(
         monkeypatch,
         {"triton": ["pytorch_triton_rocm"]},
         {"pytorch_triton_rocm": "3.5.1"},
         ROCM_TORCH_REQUIRES,
     )
-    liger.check_triton()
+    assert liger.triton_providers() == {"pytorch-triton-rocm": "3.5.1"}
+    assert liger.check_triton() is None
     _providers(
         monkeypatch,
         {"triton": ["triton", "triton"]},
         {"triton": "3.6.0"},
         ['triton==3.6.0; platform_system == "Linux"'],
     )
-    liger.check_triton()  # one distribution listed twice
+    assert liger.triton_providers() == {"triton": "3.6.0"}  # one distribution listed twice
+    assert liger.check_triton() is None
     _providers(monkeypatch, {}, {}, [])
-    liger.check_triton()
+    assert liger.triton_providers() == {}
+    assert liger.check_triton() is None
+    # the same check with a second provider beside it refuses (the contrast that makes the above mean it)
+    _providers(monkeypatch, {"triton": ["triton", "pytorch_triton_rocm"]},
+               {"triton": "3.6.0", "pytorch_triton_rocm": "3.5.1"}, ROCM_TORCH_REQUIRES)  # fmt: skip
+    with pytest.raises(ConfigError, match="2 distributions provide the `triton` module"):
+        liger.check_triton()
 
 
 def test_unknown_torch_requirement_still_names_the_stray(monkeypatch):

@@ -1,6 +1,7 @@
 """summary.json (bench/results/summary_json.py): the sweep's verdict as data. It validates against
 the shipped schema, the schema is the one the registry and the verdict enums make, and each
-committed sweep's agrees with its summary.csv (Δs, CIs, verdict kinds)."""
+summary.json the report writes from a sweep's records agrees with its summary.csv (Δs, CIs, verdict
+kinds) and training_parity.csv."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ jsonschema = pytest.importorskip("jsonschema")
 
 REPO = Path(__file__).resolve().parent.parent
 SWEEPS = sorted(p.parent for p in (REPO / "results").glob("*/summary.json"))
+FIXTURES = sorted(p.parent for p in (REPO / "tests" / "data" / "sweeps").glob("*/raw.tar.xz"))
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
 
 
@@ -89,13 +91,42 @@ def _same(a, b) -> bool:
 
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=[p.name for p in SWEEPS])
-def test_a_committed_sweeps_summary_json_validates_and_agrees_with_its_csvs(sweep: Path):
+def test_a_committed_sweeps_summary_json_still_validates(sweep: Path):
+    """The shipped schema still accepts what was published with it (a schema change that breaks the
+    committed files fails here)."""
+    assert _errors(json.loads((sweep / "summary.json").read_text())) == [], sweep.name
+
+
+@pytest.fixture
+def fixture_plots_off(no_plots, monkeypatch):
+    """conftest's no_plots, and the plots only some fixture sweeps have."""
+    from bench.results import plots, report
+
+    for name in ("plot_scaling", "plot_capacity"):
+        monkeypatch.setattr(plots, name, lambda *args, **kw: Path(args[-1]))
+    monkeypatch.setattr(report, "plot_training_parity", lambda *args, **kw: Path(args[-1]))
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_a_rebuilt_sweeps_summary_json_validates_and_agrees_with_its_csvs(
+    fixture: Path, tmp_path, fixture_plots_off
+):
+    """The fixture sweeps' raw records (tests/data/sweeps/) rebuilt by `bench report` here: the
+    summary.json the code writes now says what its summary.csv and training_parity.csv say (every
+    arm, field by field, each verdict's kind and words; each arm's own training-parity rows)."""
+    from bench.results import rawdata
+    from bench.results.report import build_report
+
+    sweep = rawdata.unpacked_copy(fixture, tmp_path / fixture.name)
+    for name in ("summary.json", "summary.csv", "training_parity.csv"):
+        (sweep / name).unlink(missing_ok=True)  # only what the rebuild writes is compared
+    build_report(sweep)
     doc = json.loads((sweep / "summary.json").read_text())
     assert _errors(doc) == [], sweep.name
     csv = pd.read_csv(sweep / "summary.csv", dtype={"workload_digest": str})
     rows = {(r["cell_id"], r["arm"]): r for _, r in csv.iterrows()}
     arms = [(cell, arm) for cell in doc["cells"] for arm in cell["arms"]]
-    assert len(arms) == len(rows)
+    assert len(arms) == len(rows) > 0
     for cell, arm in arms:
         row = rows[(cell["cell_id"], arm["arm"])]
         for name in ARM_FIELDS:
@@ -108,12 +139,15 @@ def test_a_committed_sweeps_summary_json_validates_and_agrees_with_its_csvs(swee
     parity = sweep / "training_parity.csv"
     assert doc["has_training_parity"] == parity.exists()
     if parity.exists():
-        judged = {(c["cell_id"], a["arm"], p["metric"]): p for c, a in arms for p in a["training_parity"]}
         table = pd.read_csv(parity)
-        assert len(judged) == len(table)
-        for _, r in table.iterrows():
-            entry = judged[(r["cell_id"], r["arm"], r["metric"])]
-            assert entry["verdict"]["kind"] == parity_kind(r["verdict"]).name
+        judged = [
+            (c["cell_id"], a["arm"], p["metric"], p["verdict"]["text"])
+            for c, a in arms
+            for p in a["training_parity"]
+        ]
+        assert sorted(judged) == sorted(
+            zip(table.cell_id, table.arm, table.metric, table.verdict, strict=True)
+        )
 
 
 def test_the_description_names_every_field_and_kind_of_the_schema():

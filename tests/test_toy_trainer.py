@@ -100,7 +100,7 @@ def test_a_trainer_that_drifted_from_the_protocol_is_refused_in_one_line(
     ) as err:  # was: AttributeError: 'ToyReader' object has no attribute 'takes_turns'
         bench.trainers.load_config(toy_sweep(tmp_path, pairing="lockstep"))
     assert str(err.value) == (
-        "trainer toy: its cell reader lacks takes_turns, refuse_arm_key (bench/config/cellfacts.py's "
+        "trainer toy: its cell reader lacks takes_turns, sweep_keys, refuse_arm_key (bench/config/cellfacts.py's "
         "CellReader); registered by tests.toy_trainer"
     )
 

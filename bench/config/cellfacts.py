@@ -4,7 +4,8 @@ A sweep config names a trainer per cell; the trainers are registered above this 
 (bench/trainers: one package each). ``load_config`` is handed a mapping from trainer name to a
 :class:`CellReader` (the first entry is the default trainer) and asks each cell's reader what
 the cell's training config says (profile, mode, the shapes it trains), which ``set:`` keys the
-driver owns for it, and whether it can express the sweep's arms. Every answer that refuses is
+driver owns for it, and whether it can express the sweep's arms; its attributes say whether its
+runs can take turns and which trainer-specific sweep keys they honour. Every answer that refuses is
 one line, which the loader puts after the sweep config's name.
 """
 
@@ -28,6 +29,10 @@ class CellReader(Protocol):
     name: str
     module: str | None  # the Python module its runs launch, for a sweep's null trainer_module
     takes_turns: bool  # its runs can take turns on one card (a sweep's pairing: lockstep)
+    # the sweep keys (bench/config/schema.py's SweepKeys) that not every trainer honours and its runs
+    # do (e.g. trainer_gc_freeze, a run wrapper's lever); such a key set off its default in a sweep
+    # none of whose cells runs a trainer listing it is refused (bench/config/capabilities.py)
+    sweep_keys: frozenset[str]
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
         """The cell's FACTS from its training config (``train``: the parsed YAML, any type; ``sets``:

@@ -113,7 +113,7 @@ class SetMapping(Kind):
         if not isinstance(value, dict):
             raise self.bad(value, name, fail)
         for k, v in value.items():
-            if not isinstance(k, str) or not _SET_KEY_RE.match(k):
+            if not isinstance(k, str) or not _SET_KEY_RE.fullmatch(k):
                 raise fail(f"{name}: key {k!r} should be a dotted config key like training.num_anchors")
             if isinstance(v, dict | list):
                 raise fail(f"{name}.{k}: expected a scalar (string, number, bool or null), got {v!r}")
@@ -146,7 +146,7 @@ class UserArms(Kind):
             raise self.bad(value, name, fail)
         for k, v in value.items():
             if not isinstance(v, dict):
-                raise fail(f"{name}.{k}: expected a mapping with {self.fields}, got {v!r}")
+                raise fail(f"{name}.{typed.shown(k)}: expected a mapping with {self.fields}, got {v!r}")
         return dict(value)
 
 

@@ -29,6 +29,7 @@ import yaml
 import bench.config.typed as typed
 import bench.config.yamlio as yamlio
 from bench.arms import AA, ARMS, Arm, arm_named
+from bench.config.capabilities import check_lockstep, check_trainer_keys
 from bench.config.cellfacts import CellReader, Readers
 from bench.config.model import Capacity, Cell, Precision, SweepConfig, cell_id_for, prime_run_id, run_id
 from bench.config.schema import (
@@ -104,7 +105,8 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
         cells += entry_cells
     _check_unique(cells, fail)
     _check_sizes(top, cells, fail)
-    _check_lockstep(top, cells, readers, fail)
+    check_lockstep(top, cells, readers, fail)
+    check_trainer_keys(top, cells, readers, fail)
     resolved = {**typed.as_dict(top), "cells": resolved_cells}
     if not user:  # a sweep without arms of its own resolves (and its sweep.json reads) as before the key
         del resolved["user_arms"]
@@ -116,11 +118,20 @@ def _check_trainer(name: str, where: str, readers: Readers, fail: Fail) -> None:
         raise fail(f"{where}trainer: expected one of {', '.join(readers)}, got {name!r}")
 
 
+def _check_name(value: str, key: str, fail: Fail) -> None:
+    """A sweep's name or a cell's label (each part of directories' names): letters, digits, '.',
+    '_' or '-', nothing else (a newline at its end included)."""
+    why = typed.name_problem(value)
+    if why:
+        raise fail(f"{key}: {value!r} {why}; expected letters, digits, '.', '_' or '-'")
+    if not _NAME_RE.fullmatch(value):
+        raise fail(f"{key}: {value!r} should be letters, digits, '.', '_' or '-'")
+
+
 def _check_top(top: SweepKeys, readers: Readers, fail: Fail) -> SweepKeys:
     """The top-level checks of single keys and of steps, in the order they are reported; ``out``
     and ``trainer`` (the first registered) filled in."""
-    if not _NAME_RE.match(top.name):
-        raise fail(f"name: {top.name!r} should be letters, digits, '.', '_' or '-'")
+    _check_name(top.name, "name", fail)
     if top.out is None:
         top = replace(top, out=f"results/{top.name}")
     if top.trainer is None:
@@ -128,7 +139,7 @@ def _check_top(top: SweepKeys, readers: Readers, fail: Fail) -> SweepKeys:
     _check_trainer(top.trainer, "", readers, fail)
     if top.trainer_module is None:
         top = replace(top, trainer_module=readers[top.trainer].module)
-    if top.trainer_module is not None and not _MODULE_RE.match(top.trainer_module):
+    if top.trainer_module is not None and not _MODULE_RE.fullmatch(top.trainer_module):
         raise fail(
             f"trainer_module: expected a Python module name like 'my_trainer', got {top.trainer_module!r}"
         )
@@ -173,29 +184,6 @@ def _check_runs(top: SweepKeys, raw: dict, user: dict[str, Arm], fail: Fail) -> 
         )
 
 
-def _check_lockstep(top: SweepKeys, cells: list[Cell], readers: Readers, fail: Fail) -> None:
-    """``pairing: lockstep`` puts a pair's two runs on one card, taking turns step by step: two
-    arms, one GPU and one node per run, a trainer whose runs can take turns (its reader's
-    ``takes_turns``), a warm-up step (the first step runs in both at once)."""
-    if top.pairing != "lockstep":
-        return
-    need = "pairing: lockstep (both runs of a pair on one card, taking turns) needs"
-    if len(top.arms) != 2:
-        raise fail(f"{need} exactly two arms, got {len(top.arms)}: {', '.join(top.arms)}")
-    if top.warmup_steps < 1:
-        raise fail(f"{need} warmup_steps of at least 1: step 1 runs in both runs at once")
-    able = [name for name, r in readers.items() if r.takes_turns]
-    for c in cells:
-        if not readers[c.trainer].takes_turns:
-            raise fail(
-                f"{need} trainer: {' or '.join(able) or 'none here'}; cell {c.cell_id} runs {c.trainer}"
-            )
-        if c.gpus != 1 or c.nodes != 1:
-            raise fail(
-                f"{need} one GPU on one node per run; cell {c.cell_id} has {c.gpus} GPU(s), {c.nodes} node(s)"
-            )
-
-
 def _check_contrasts(contrasts: list[list[str]], arms: list[str], fail: Fail) -> None:
     """Each [arm, reference] names two different arms of the sweep, neither the baseline's
     comparison again, each pair once."""
@@ -237,7 +225,7 @@ def _rdzv_endpoint(top: SweepKeys, env: Mapping[str, str], fail: Fail) -> tuple[
             f"rdzv_endpoint: required when nodes > 1: host:port of the c10d rendezvous on the first node, "
             f"here or in ${RDZV_ENV} or $MASTER_ADDR (+ $MASTER_PORT)"
         )
-    if not _ENDPOINT_RE.match(value):
+    if not _ENDPOINT_RE.fullmatch(value):
         raise fail(f"{source}: expected host:port, got {value!r}")
     return value, source
 
@@ -302,8 +290,8 @@ def _expand_entry(
         raise fail(
             f"{where}.warmup_steps: {warmup} leaves no steady-state steps; expected less than steps ({steps})"
         )
-    if c.label is not None and not _NAME_RE.match(c.label):
-        raise fail(f"{where}.label: {c.label!r} should be letters, digits, '.', '_' or '-'")
+    if c.label is not None:
+        _check_name(c.label, f"{where}.label", fail)
     gpus_list = c.gpus_per_run if c.gpus_per_run is not None else top.gpus_per_run
     if c.precision is not None and top.precision is None:
         raise fail(f"{where}.precision: needs a top-level precision (ci_halfwidth_pct, ...) to override")

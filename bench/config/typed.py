@@ -92,6 +92,24 @@ def as_dict(section: Any) -> dict[str, Any]:
     return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
 
 
+def name_problem(name: str) -> str | None:
+    """Why a name the user gave (a sweep's, a label, an arm's: each ends up in a directory's name
+    and on one line of a message) cannot be one: a control character (a newline, a tab, ...) or
+    whitespace before or after it; None when it has neither."""
+    bad = next((c for c in name if not c.isprintable() and c != " "), None)
+    if bad is not None:
+        return f"holds a control character ({bad!r})"
+    if name != name.strip():
+        return "has whitespace before or after it"
+    return None
+
+
+def shown(name: Any) -> str:
+    """A name as a one-line message prints it: as written, or quoted with its escapes where it
+    holds a control character or whitespace around it (never a second line)."""
+    return name if isinstance(name, str) and name and name_problem(name) is None else repr(name)
+
+
 def build(cls: type, raw: dict, where: str, fail: Fail) -> Any:
     """Check a raw mapping against the section ``cls``; ``where`` prefixes every key named
     (``""`` or e.g. ``"cells[0]."``). Returns the section with every key filled."""
@@ -100,7 +118,7 @@ def build(cls: type, raw: dict, where: str, fail: Fail) -> Any:
         if name not in fields:
             close = difflib.get_close_matches(str(name), list(fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(fields)}"
-            raise fail(f"{where}{name}: unknown key{hint}")
+            raise fail(f"{where}{shown(name)}: unknown key{hint}")
     hints = typing.get_type_hints(cls, include_extras=True)
     values: dict[str, Any] = {}
     for name, f in fields.items():

@@ -20,17 +20,18 @@ def user_arms(top: SweepKeys, fail: Fail) -> dict[str, Arm]:
     non-empty ``set:``; then every name in ``arms`` is a built-in arm or one of them."""
     user: dict[str, Arm] = {}
     for name, raw in top.user_arms.items():
-        where = f"user_arms.{name}"
+        where = f"user_arms.{typed.shown(name)}"
         if name in ARMS:
             raise fail(f"{where}: {name!r} is a built-in arm ({ARMS[name].doc}); give yours another name")
-        if not _USER_ARM_RE.match(name):
+        if not _USER_ARM_RE.fullmatch(name):
+            why = typed.name_problem(name)
             raise fail(
-                f"{where}: {name!r} should be letters and digits, a letter first (it ends each of its "
-                "run directories' names)"
+                f"{where}: {name!r} {f'{why}; expected' if why else 'should be'} letters and digits, a "
+                "letter first (it ends each of its run directories' names)"
             )
         keys = typed.build(UserArmKeys, raw, f"{where}.", fail)
-        if "\n" in keys.doc.strip():
-            raise fail(f"{where}.doc: expected one line, got {keys.doc!r}")
+        if any((c < " " and c != "\t") or c == "\x7f" for c in keys.doc.strip()):
+            raise fail(f"{where}.doc: expected one line (no control characters), got {keys.doc!r}")
         if not keys.set:
             raise fail(f"{where}.set: empty; expected the trainer's dotted keys the arm sets")
         user[name] = user_arm(name, keys.doc.strip(), keys.set)

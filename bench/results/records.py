@@ -38,7 +38,7 @@ from bench.record import (
 from bench.results.columns import CELL_COLUMNS, DEFAULT_TRAINER, STATE_FIELDS, VRAM_PER_CARD_COLUMNS
 from bench.results.energy import own_turns, run_energy
 from bench.results.identity import odd_ones_out, plan_problem, workload_digest
-from bench.results.step_checks import outlier_warning, retries_warning, step_problem
+from bench.results.step_checks import foreign_warning, outlier_warning, retries_warning, step_problem
 
 NAN = float("nan")
 # cell.json's keys that say which run it is and how many steps are warm-up: checked, never guessed.
@@ -454,7 +454,10 @@ def run_row(rec: RunRecord) -> dict[str, Any]:
     counted = note is None  # the allocator and outlier warnings are about runs in the statistics
     warnings = [
         w
-        for w in (_foreign(rec.vram), *((retries_warning(m), outlier_warning(steady)) if counted else ()))
+        for w in (
+            foreign_warning(rec.vram),
+            *((retries_warning(m), outlier_warning(steady)) if counted else ()),
+        )
         if w
     ]
     row["note"] = "; ".join([note, *warnings] if note else warnings) or None
@@ -489,19 +492,3 @@ def arm_in_effect(rec: RunRecord) -> str | None:
     if failed:
         return "no: " + "; ".join(failed)
     return None if unproven else "yes"
-
-
-def _foreign(vram: dict | None) -> str | None:
-    """Processes not of the suite that held memory on the polled cards (vram.json's processes)."""
-    procs = [
-        p for p in (vram or {}).get("processes") or [] if isinstance(p, dict) and p.get("owner") != "suite"
-    ]
-    if not procs:
-        return None
-    seen = ", ".join(
-        f"pid {p.get('pid')} on card {p.get('card')} ({p.get('owner')}, {fmt.f(p.get('max_used_gib'), '.2f')} GiB, "
-        f"seen {p.get('first_seen')} the run)"
-        for p in procs[:3]
-    )
-    more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
-    return f"another process held memory on the cards: {seen}{more}; its numbers may be disturbed"

@@ -1,8 +1,9 @@
 """metrics.jsonl checked against the run's own facts before a throughput is computed from it:
-every value a throughput is computed from null or a finite number >= 0 (a step time > 0); the
-samples of a step what the cell fixes (batch × accumulation × GPUs × nodes); steady step times
-within PLAUSIBLE_RATIO of the run's median; step numbers unique, contiguous from 1 and within the
-planned steps. ``step_problem`` names the first line that breaks one, with its value; the run
+every value a throughput is computed from null or a finite number >= 0 (a step time > 0), within
+what a step can be (LIMITS: no absurd number reaches the statistics); a measured step's time
+present (missing is noted as NaN is); the samples of a step what the cell fixes (batch ×
+accumulation × GPUs × nodes); steady step times within PLAUSIBLE_RATIO of the run's median; step
+numbers unique, contiguous from 1 and within the planned steps. ``step_problem`` names the first line that breaks one, with its value; the run
 then stays out of the statistics (records.run_row's note). And the warnings about a counted run's
 steps: allocator retries, an outlier step."""
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench import fmt
 from bench.record import CellDoc
 from bench.results.columns import OUTLIER_RATIO
 
@@ -25,6 +27,16 @@ THROUGHPUT_FIELDS = ("step_time_s", "samples", "tokens", "samples_per_s", "token
 # 50x for a 20 ms CPU step on a loaded machine —: it is counted, with the outlier warning.
 PLAUSIBLE_RATIO = 50.0
 SLOW_RATIO = 1000.0
+# What no step of any run can be, whatever its median: an optimizer step of a microsecond or of
+# more than 11 days, a billion samples, ... (a damaged record; its ratios would overflow the
+# statistics). (lowest, highest) per field.
+LIMITS = {
+    "step_time_s": (1e-6, 1e6),
+    "samples": (0, 1e9),
+    "tokens": (0, 1e15),
+    "samples_per_s": (0, 1e15),
+    "tokens_per_s": (0, 1e21),
+}
 
 
 def _number(v: Any) -> bool:
@@ -35,15 +47,29 @@ def _where(n: int, row: dict) -> str:
     return f"line {n} (step {json.dumps(row.get('step'))})"
 
 
-def _bad_value(rows: list[tuple[int, dict]]) -> str | None:
+def _bad_value(rows: list[tuple[int, dict]], warmup: int) -> str | None:
+    """The first value that is no number (NaN, a string, negative); a measured step (past the
+    warm-up) without its time is named the same way: its step would drop out of the mean unseen."""
     for n, row in rows:
         for f in THROUGHPUT_FIELDS:
             v = row.get(f)
+            floor = "> 0" if f == "step_time_s" else ">= 0"
+            if v is None and f == "step_time_s" and _number(row.get("step")) and row["step"] > warmup:
+                return f"{_where(n, row)}: {f} missing (null or absent), not a finite number {floor}"
             if v is None:
                 continue
-            floor = "> 0" if f == "step_time_s" else ">= 0"
             if not _number(v) or v < 0 or (f == "step_time_s" and v == 0):
                 return f"{_where(n, row)}: {f} = {json.dumps(v)}, not a finite number {floor}"
+    return None
+
+
+def _absurd(rows: list[tuple[int, dict]]) -> str | None:
+    """The first value outside what any step can be (LIMITS)."""
+    for n, row in rows:
+        for f, (low, high) in LIMITS.items():
+            v = row.get(f)
+            if _number(v) and not low <= v <= high:
+                return f"{_where(n, row)}: {f} = {v:.4g}, not within {low:g} to {high:g} (no step is)"
     return None
 
 
@@ -114,10 +140,11 @@ def step_problem(rows: list[tuple[int, dict]], cell: CellDoc) -> str | None:
     finite number > 0``; None when none."""
     warmup = cell.warmup_steps if _number(cell.warmup_steps) else 0
     for check in (
-        _bad_value(rows),
+        _bad_value(rows, warmup),
         _numbering(rows, cell.steps),
         _samples(rows, cell),
         _plausible(rows, warmup),
+        _absurd(rows),
     ):
         if check:
             return f"metrics.jsonl {check}"
@@ -149,3 +176,19 @@ def outlier_warning(steady: pd.DataFrame) -> str | None:
         f"{median:.3g} s: a disturbed machine or a warm-up not over (its clocks are in this row; "
         "raise warmup_steps if it is always an early step)"
     )
+
+
+def foreign_warning(vram: dict | None) -> str | None:
+    """Processes not of the suite that held memory on the polled cards (vram.json's processes)."""
+    procs = [
+        p for p in (vram or {}).get("processes") or [] if isinstance(p, dict) and p.get("owner") != "suite"
+    ]
+    if not procs:
+        return None
+    seen = ", ".join(
+        f"pid {p.get('pid')} on card {p.get('card')} ({p.get('owner')}, {fmt.f(p.get('max_used_gib'), '.2f')} GiB, "
+        f"seen {p.get('first_seen')} the run)"
+        for p in procs[:3]
+    )
+    more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
+    return f"another process held memory on the cards: {seen}{more}; its numbers may be disturbed"

@@ -78,37 +78,61 @@ def add_ab_parser(sub) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="the training config's own dotted keys")
 
 
-def _pairs(items: list[str], what: str) -> dict:
+def _pairs(items: list[str], what: str, comma: str = "") -> dict:
+    """``key=value`` items as a mapping, each value read as YAML; a key given twice is refused.
+    ``comma``: what to say when an item is not one, where the flag split its keys at commas."""
     out = {}
     for item in items:
         key, eq, value = item.partition("=")
-        if not eq or not _KEY.match(key):
-            raise SweepError(f"{what}: expected key=value, got {item!r}")
+        if not eq or not _KEY.fullmatch(key):
+            raise SweepError(f"{what}: expected key=value, got {item!r}{comma}")
+        if key in out:
+            raise SweepError(f"{what}: {key} is given twice ({_given(items, key)}); give each key once")
         import yaml  # not at import time: `python -m bench` parses its flags without it
 
         try:
             out[key] = yaml.safe_load(value) if value.strip() else value
         except yaml.YAMLError as e:
             why = str(getattr(e, "problem", None) or "not YAML")
-            raise SweepError(
-                f"{what}: {item!r}: the value is not YAML ({why}); quote it as a string"
-            ) from None
+            fix = comma or "; quote it as a string"
+            raise SweepError(f"{what}: {item!r}: the value is not YAML ({why}){fix}") from None
     return out
+
+
+def _given(items: list[str], key: str) -> str:
+    return " and ".join(repr(item) for item in items if item.partition("=")[0] == key)
+
+
+# --arm splits its keys at commas: a value cannot hold one, whatever the quoting.
+ARM_COMMA = (
+    "; --arm splits its keys at commas, so no value can hold one (quotes do not help): declare the arm "
+    "in a sweep config's user_arms (docs/reference.md) and run it with bench sweep"
+)
 
 
 def user_arms(specs: list[str]) -> dict:
     """``--arm NAME:key=value[,key=value...]`` as the sweep's user_arms (the names and keys are
-    checked there, as a sweep config's)."""
+    checked there, as a sweep config's; a name with a control character or whitespace around it,
+    and a key given twice, are refused here)."""
+    # not at import time: `python -m bench` parses its flags without PyYAML (bench.config needs it)
+    from bench.config.typed import name_problem
+
     out: dict = {}
     for spec in specs:
         name, colon, body = spec.partition(":")
-        name = name.strip()
-        if not colon or not name or not body.strip():
+        if not colon or not name.strip() or not body.strip():
             raise SweepError(f"--arm: expected NAME:key=value[,key=value...], got {spec!r}")
+        why = name_problem(name)
+        if why:
+            raise SweepError(
+                f"--arm {spec!r}: the arm's name {name!r} {why}; expected letters and digits, a letter first"
+            )
         if name in out:
             raise SweepError(f"--arm: {name!r} is given twice; one --arm per arm, its keys comma-separated")
         items = [item.strip() for item in body.split(",") if item.strip()]
-        out[name] = {"doc": f"bench ab --arm {name}:{','.join(items)}", "set": _pairs(items, f"--arm {name}")}
+        comma = ARM_COMMA if len(items) > 1 else ""
+        sets = _pairs(items, f"--arm {name}", comma)
+        out[name] = {"doc": f"bench ab --arm {name}:{','.join(items)}", "set": sets}
     return out
 
 

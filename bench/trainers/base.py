@@ -16,11 +16,12 @@ reports — is shared and never asks which plug ran.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Protocol
 
 from bench.config import Cell, CellReader, Run, SweepConfig
+from bench.config.schema import SweepKeys
 from bench.record import RunDoc
 
 
@@ -98,6 +99,9 @@ def trainer_gaps(name: str, reader: object, plug: object | None = None) -> str |
     lacks = protocol_gaps(reader, CellReader)
     if lacks:
         parts.append(f"its cell reader lacks {', '.join(lacks)} (bench/config/cellfacts.py's CellReader)")
+    unknown = sorted(set(getattr(reader, "sweep_keys", ())) - {f.name for f in fields(SweepKeys)})
+    if unknown:
+        parts.append(f"its cell reader's sweep_keys names {', '.join(unknown)}: no sweep key (SweepKeys)")
     if plug is not None:
         lacks = protocol_gaps(plug, TrainerPlug)
         if getattr(reader, "takes_turns", False):

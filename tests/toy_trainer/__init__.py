@@ -29,6 +29,7 @@ class ToyReader:
     name = NAME
     module = None
     takes_turns = False  # no hook in its process for a lockstep pair
+    sweep_keys: frozenset[str] = frozenset()  # none of the trainer-specific sweep keys
 
     def read_cell(self, train, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
         if not isinstance(train.get("name"), str) or not isinstance(train.get("features"), int):

@@ -34,6 +34,7 @@ def contract_arm(arm: Arm) -> bool:
 class ContractReader:
     module = None  # the sweep names it: trainer_module
     takes_turns = False  # no hook in its process for pairing: lockstep
+    sweep_keys: frozenset[str] = frozenset()  # none of the trainer-specific sweep keys
     name = NAME
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:

@@ -20,6 +20,7 @@ class EmbeddedReader:
     name = DEFAULT_TRAINER
     module = MODULE
     takes_turns = False  # no hook in its process for pairing: lockstep
+    sweep_keys: frozenset[str] = frozenset()  # none of the trainer-specific sweep keys
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
         facts = profile_and_mode(train, cfg_path, where)

@@ -42,6 +42,10 @@ CLI_PREPARED_KEYS = {
     "training.num_epochs": "the plug feeds exactly the samples a run trains on",
 }
 
+# The sweep keys only this trainer's runs honour (the plug: the interpreter it runs in, and the run
+# wrapper's time-to-verdict levers): set in a sweep none of whose cells runs it, they are refused.
+SWEEP_KEYS = frozenset({"trainer_python", "stop_after_last_step", "trainer_python_fork", "trainer_gc_freeze"})
+
 
 def cli_arm(arm: Arm) -> bool:
     """Whether SpecForge expresses the arm: it has one Liger switch (model.use_liger_kernel), which
@@ -100,6 +104,7 @@ def cli_cell_facts(train: dict, cfg_path: Path, overrides: dict) -> dict[str, An
 class SpecForgeReader:
     module = None  # the user's interpreter runs specforge.cli
     takes_turns = True  # turns.py's Lockstep in its process: pairing: lockstep
+    sweep_keys = SWEEP_KEYS
     name = NAME
 
     def read_cell(self, train: Any, cfg_path: Path, sets: dict, nodes: int, where: str) -> dict | str:
