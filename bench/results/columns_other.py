@@ -150,7 +150,8 @@ COMPARE_TABLE = Table(
         Column(
             "verdict", TEXT, "",
             "B faster / B slower / within ±1% / inconclusive / too few runs (fewer than 3 a side) / `n/a "
-            "(…)` / `not compared: different workloads`",
+            "(…)` / `not compared: different workloads` / `arm not in effect in A|B: …` (no verdict, no "
+            "gain, never a gate's pass)",
         ),
         *_sides("s_per_step", "s", "summary.csv's `s_per_step_mean`"),
         *_sides("vram_over_idle_gib", "GiB", "summary.csv's `peak_vram_delta_gib`"),

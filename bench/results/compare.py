@@ -7,7 +7,10 @@ different workloads" with the keys that differ, and never pass a gate. Where bot
 per-run data, a row's Δ and its 95% CI come from the same Welch interval on log throughput
 (runs of two sweeps are not paired), so the CI always holds its point; a summary alone gives
 the ratio of means, labelled a point estimate, and no CI. Each arm's gain over its baseline is
-compared too (gain.py), and the gates (gate.py) judge both. Output: compare_format.py.
+compared too (gain.py; a sweep's own arm against the baseline of its cell), and the gates (gate.py)
+judge both. A row whose arm was not in effect on a side (a run's ``arm_in_effect`` "no: ...", or its
+summary's verdict "arm not in effect") gets that as its verdict, no gain, and never passes a gate.
+Output: compare_format.py.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.arms import BASELINE
+from bench.arms import ARMS, BASELINE
 from bench.results import gain, gate, parity_gate, stats
 from bench.results.columns import COMPARE_COLUMNS
 from bench.results.compare_format import label, render, write_outputs
 from bench.results.compare_inputs import KEY_COLUMNS, NUMERIC_KEYS, load_summary, per_run_values, row_key
+from bench.results.verdicts import Speed, speed_kind
 
 __all__ = ["COMPARE_COLUMNS", "KEY_COLUMNS", "compare", "compare_tables", "run_compare"]
 
@@ -89,9 +93,22 @@ def _join(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             used_b.add(j)
             row.update(sb.iloc[j].drop(KEY_COLUMNS + ["wkey"]).to_dict())
             row.update(present=gate.DIFFERENT, workloads_differ="; ".join(_differ(ra, sb.iloc[j])))
+            if _digest_unknowable(ra, sb.iloc[j]):
+                row.update(present="both", workloads_differ=None)
     rows += [{**sb.iloc[j].to_dict(), "present": "B only"} for j in range(len(sb)) if j not in used_b]
     m = pd.DataFrame(rows)
     return m.sort_values(["_order_a", "_order_b"], na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _digest_unknowable(ra: pd.Series, rb: pd.Series) -> bool:
+    """Whether two rows differ only in a digest one side cannot know: its arm has no ok run (its
+    planned runs never ran, so no cell.json said what their workload was). Such a row is held to
+    the other side's as the same row: nothing measured of it can be of another workload."""
+    diff = [c for c in KEY_COLUMNS if not _eq(ra[c], rb[c])]
+    unknown = [
+        pd.isna(r["workload_digest"]) and pd.isna(r[f"samples_per_s_{s}"]) for r, s in ((ra, "a"), (rb, "b"))
+    ]
+    return diff == ["workload_digest"] and any(unknown)
 
 
 def _eq(x, y) -> bool:
@@ -106,7 +123,9 @@ def compare_tables(a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float = 1.
     cols: dict[str, list] = {
         c: [] for c in ("est", "pct", "lo", "hi", "na", "nb", "verdict", "g", "glo", "ghi", "pa", "pb")
     }
-    for r in m.itertuples():
+    off = _not_in_effect(m, a, b)
+    pairing = [_pairing(r, a, b) for r in m.itertuples()]
+    for r, why, by_cell in zip(m.itertuples(), off, pairing, strict=True):
         key = r.wkey
         va, vb = runs_a.get(key) if a.attrs.get("runs") is not None else None, None
         if b.attrs.get("runs") is not None:
@@ -114,9 +133,11 @@ def compare_tables(a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float = 1.
         if a.attrs.get("runs") is not None:
             va = runs_a.get(key, [])
         _row_delta(cols, r, va, vb, equivalence_pct)
-        paired = r.present == "both" and r.arm != BASELINE
-        la = gain.side_log_ratios(a.attrs.get("runs"), key) if paired else []
-        lb = gain.side_log_ratios(b.attrs.get("runs"), key) if paired else []
+        if why and r.present == "both":  # a Δ of something else than the arm: no verdict on it
+            cols["verdict"][-1] = why.replace(" (", ": ", 1).removesuffix(")")
+        paired = r.present == "both" and r.arm != BASELINE and not why
+        la = gain.side_log_ratios(a.attrs.get("runs"), key, by_cell is not None) if paired else []
+        lb = gain.side_log_ratios(b.attrs.get("runs"), key, by_cell is not None) if paired else []
         g = gain.gain_change(la, lb)
         cols["g"].append(g.pct)
         cols["glo"].append(g.lo)
@@ -134,7 +155,51 @@ def compare_tables(a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float = 1.
     m["peak_vram_b_minus_a_gib"] = m["peak_vram_gib_b"] - m["peak_vram_gib_a"]
     for c in NUMERIC_KEYS:
         m[c] = pd.to_numeric(m[c], errors="coerce")
-    return m.reindex(columns=COMPARE_COLUMNS)
+    out = m.reindex(columns=COMPARE_COLUMNS)
+    out.attrs.update(not_in_effect=off, gain_pairing=pairing)
+    return out
+
+
+def _side_not_in_effect(side: pd.DataFrame) -> dict[tuple, str]:
+    """Per identity (row_key): why the side's arm was not in effect, in its report's words: its
+    summary's verdict "arm not in effect (...)" (which counts its baseline's runs too), else its ok
+    runs whose ``arm_in_effect`` says "no: ..."."""
+    out: dict[tuple, str] = {}
+    runs = side.attrs.get("runs")
+    if runs is not None and "arm_in_effect" in runs:
+        said: dict[tuple, list] = {}
+        for r in runs.itertuples(index=False):
+            said.setdefault(row_key(r), []).append(r.arm_in_effect)
+        for key, values in said.items():
+            no = [str(v).removeprefix("no: ") for v in values if isinstance(v, str) and v.startswith("no")]
+            if no:
+                out[key] = f"{len(no)} of {len(values)} {key[KEY_COLUMNS.index('arm')]} runs: {no[0]}"
+    if "verdict_speed" in side:
+        for r in side.itertuples(index=False):
+            if speed_kind(r.verdict_speed) is Speed.NOT_IN_EFFECT:
+                out[row_key(r)] = r.verdict_speed.removeprefix(Speed.NOT_IN_EFFECT.value).strip(" ()")
+    return out
+
+
+def _not_in_effect(m: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame) -> list[str | None]:
+    """Per joined row: "arm not in effect in A (...)" (in B, in A and in B), or None."""
+    said = {"A": _side_not_in_effect(a), "B": _side_not_in_effect(b)}
+    out = []
+    for r in m.itertuples():
+        sides = [s for s in ("A", "B") if r.present in ("both", f"{s} only") and r.wkey in said[s]]
+        why = "; ".join(f"{s}: {said[s][r.wkey]}" if len(sides) > 1 else said[s][r.wkey] for s in sides)
+        out.append(f"{Speed.NOT_IN_EFFECT.value} in {' and '.join(sides)} ({why})" if sides else None)
+    return out
+
+
+def _pairing(r, a: pd.DataFrame, b: pd.DataFrame) -> str | None:
+    """For a sweep's own arm (not a built-in one) compared on both sides: how its gain was paired,
+    in words naming its declared keys (sweep.json's user_arms); None for a built-in arm."""
+    if r.present != "both" or r.arm in ARMS:
+        return None
+    keys = a.attrs.get("user_arms", {}).get(r.arm) or b.attrs.get("user_arms", {}).get(r.arm)
+    shown = ", ".join(f"{k}={v}" for k, v in keys.items()) if keys else "not recorded (no sweep.json beside)"
+    return f"paired with its cell's baseline by cell plus the arm's declared keys: {shown}"
 
 
 def _row_delta(cols: dict, r, va: list | None, vb: list | None, equivalence_pct: float) -> None:
@@ -187,14 +252,16 @@ def compare(
     a_csv, b_csv = Path(a_csv), Path(b_csv)
     a, b = load_summary(a_csv), load_summary(b_csv)
     df = compare_tables(a, b)
-    df["parity_a"], df["parity_b"] = _parity(df, a, a_csv), _parity(df, b, b_csv)
+    df["parity_a"], df["parity_b"] = _parity(df, a), _parity(df, b)
+    off, pairing = df.attrs["not_in_effect"], df.attrs["gain_pairing"]
+    df.attrs["notes"] = _notes(df, a, b)
     gates = []
     if fail_if_slower is not None:
-        decisions = gate.decide(df, fail_if_slower, MIN_RUNS)
+        decisions = gate.decide(df, fail_if_slower, MIN_RUNS, off)
         df["gate"] = [d.outcome if d else None for d in decisions]
         gates.append((gate.slower_heading(fail_if_slower), decisions))
     if fail_if_gain_drops is not None:
-        decisions = gate.decide_gain(df, fail_if_gain_drops, gain.MIN_PAIRS)
+        decisions = gate.decide_gain(df, fail_if_gain_drops, gain.MIN_PAIRS, off, pairing)
         df["gain_gate"] = [d.outcome if d else None for d in decisions]
         gates.append((gate.gain_heading(fail_if_gain_drops), decisions))
     limits = [f"-{fail_if_slower:g}%"] if fail_if_slower is not None else []
@@ -209,23 +276,30 @@ def compare(
     return df
 
 
-def _parity(df: pd.DataFrame, side: pd.DataFrame, path: Path) -> list[str | None]:
+def _parity(df: pd.DataFrame, side: pd.DataFrame) -> list[str | None]:
     """Per comparison row, that side's parity of its arm (parity_gate.side_verdict): from the
-    sweep's summary.csv (``loss_parity``: the given file, or the one beside a given runs.csv) and
-    its training_parity.csv, where they are."""
-    summary = path if path.name != "runs.csv" else path.parent / "summary.csv"
-    loss: dict[tuple[str, str], str] = {}
-    if summary.is_file():
-        raw = pd.read_csv(summary, dtype=str, keep_default_na=False)
-        if {"cell_id", "arm", "loss_parity"} <= set(raw.columns):
-            loss = {(c, a): v for c, a, v in zip(raw["cell_id"], raw["arm"], raw["loss_parity"])}
-    beside = path.parent / "training_parity.csv"
+    sweep's summary (``loss_parity``: the given summary, or the summary.csv beside a given runs.csv)
+    and its training_parity.csv, where they are."""
+    loss = side.attrs.get("loss_parity", {})
+    beside = side.attrs.get("path", Path("-")).parent / "training_parity.csv"
     training = pd.read_csv(beside) if beside.is_file() else None
     verdicts = {}
     for r in side.itertuples():
         cell = str(getattr(r, "cell_id", ""))
         verdicts[row_key(r)] = parity_gate.side_verdict(loss.get((cell, str(r.arm))), training, cell, r.arm)
     return [verdicts.get(row_key(r)) for r in df.itertuples()]
+
+
+def _notes(df: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    """What the output must say beside the table: each side's runs that never ran, each row whose
+    arm was not in effect, and how a sweep's own arm's gain was paired."""
+    out = [f"{k}: {line}" for k, side in (("A", a), ("B", b)) for line in side.attrs.get("missing", [])]
+    for r, why, how in zip(df.itertuples(), df.attrs["not_in_effect"], df.attrs["gain_pairing"], strict=True):
+        if why and r.present != "B only":
+            out.append(f"{gate.row_name(r)}: {why}: no verdict, no gain, never a gate's pass")
+        if how:
+            out.append(f"{gate.row_name(r)}: a sweep's own arm (user_arms): its gain is {how}")
+    return out
 
 
 def run_compare(

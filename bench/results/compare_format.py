@@ -1,13 +1,15 @@
 """`bench compare`'s output: the console table (text), a Markdown PR comment (md) and JSON for a
 bot, each with both sides' labels and versions (every version that differs between A and B
-flagged), the compared rows, the rows not compared (different workloads, one side only) and the
-gates' lines; and the files of ``--out`` (compare.csv, .md, .json, .png). Every "Δ [CI]" is
-printed through ``ci_text``, which never prints a CI that does not hold its point."""
+flagged), the compared rows, the rows not compared (different workloads, one side only), the
+notes (runs that never ran, arms not in effect, how a sweep's own arm was paired) and the gates'
+lines; and the files of ``--out`` (compare.csv, .md, .json, .png). Every "Δ [CI]" is printed
+through ``ci_text``, which never prints a CI that does not hold its point."""
 
 from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -178,6 +180,11 @@ def as_text(df: pd.DataFrame, sides: dict, gate_result) -> list[str]:
     lines += _console_rows(df)
     for heading, rows in _others(df):
         lines += ["", f"{heading}:", *(f"  {r}" for r in rows)]
+    if df.attrs.get("notes"):
+        lines += ["", "Notes:"]
+        for note in df.attrs["notes"]:  # within the console's width, as the table
+            lines += textwrap.wrap(note, CONSOLE_WIDTH, initial_indent="  ", subsequent_indent="    ",
+                                   break_on_hyphens=False, break_long_words=False)  # fmt: skip
     if gate_result:
         glines, final, status = gate_result
         lines += [*glines, *([final] if status != 2 else [])]  # 2: the final line is the error's
@@ -206,6 +213,8 @@ def as_markdown(df: pd.DataFrame, sides: dict, gate_result) -> list[str]:
         lines.append("No workload is in both A and B.")
     for heading, rows in _others(df):
         lines += ["", f"**{heading}**", "", *(f"- {fmt.md(r)}" for r in rows)]
+    if df.attrs.get("notes"):
+        lines += ["", "**Notes**", "", *(f"- {fmt.md(n)}" for n in df.attrs["notes"])]
     if gate_result:
         glines, final, status = gate_result
         lines += [
@@ -232,6 +241,7 @@ def as_json(df: pd.DataFrame, sides: dict, gate_result) -> dict:
     }
     doc["versions_differ"] = _differing(sides)
     doc["rows"] = [{c: _clean(v) for c, v in r.items()} for r in df.to_dict(orient="records")]
+    doc["notes"] = list(df.attrs.get("notes") or [])
     if gate_result:
         glines, final, status = gate_result
         doc["gate"] = {"lines": [g for g in glines if g], "verdict": final, "exit_status": status}

@@ -1,15 +1,18 @@
-"""Reading `bench compare`'s two inputs into one side each: a summary.csv or runs.csv, checked
-file (whole: bench/results/manifest.py), shape and cell by cell (a one-line ValueError naming the
-file, line and column). Per-run data decides: a runs.csv is aggregated here (summary_table); a
-summary.csv with the runs.csv of its sweep beside it is recomputed from those runs and refused
-when it does not agree (one line naming both files); a summary.csv alone gives point estimates
-(``attrs["source"]`` says which), never a CI or a gate verdict.
+"""Reading `bench compare`'s two inputs into one side each: a summary.csv, summary.json or runs.csv,
+checked file (whole: bench/results/manifest.py; a summary.json must parse whole), shape and cell by
+cell (a one-line ValueError naming the file, line and column). Per-run data decides: a runs.csv is
+aggregated here (summary_table); a summary with the runs.csv of its sweep beside it is recomputed
+from those runs and refused when it does not agree (one line naming both files); a summary alone
+gives point estimates (``attrs["source"]`` says which), never a CI or a gate verdict.
 
-Every row carries its workload identity (KEY_COLUMNS: bench/results/identity.py); a file from
-before a key existed reads it as unknown (trainer: ours; nodes: 1)."""
+A planned run that never ran (runs.csv's "not run" row) counts in its arm's n_runs, as `bench
+report` counts it, under its cell's columns; ``attrs["missing"]`` says which runs never ran. Every
+row carries its workload identity (KEY_COLUMNS: bench/results/identity.py); a file from before a
+key existed reads it as unknown (trainer: ours; nodes: 1)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import pandas as pd
 from bench.fileio import read_json
 from bench.results.columns import (
     CAPACITY_COLUMNS,
+    CELL_COLUMNS,
     CONTRAST_COLUMNS,
     IDENTITY_COLUMNS,
     LOSS_PARITY_COLUMNS,
@@ -30,6 +34,7 @@ from bench.results.columns import (
 )
 from bench.results.manifest import check_whole
 from bench.results.records import NOT_RUN, in_statistics
+from bench.results.summary_json import SCHEMA_VERSION, SUMMARY_JSON
 from bench.results.tables import distinct_values, summary_table, with_trainer
 
 KEY_COLUMNS = list(IDENTITY_COLUMNS)
@@ -127,10 +132,12 @@ def check_table(df: pd.DataFrame, path: Path, kind: str, expected: str = _EXPECT
         if other:
             raise ValueError(f"{path}: by its columns a {other}, not a {kind}; {expected}")
         raise ValueError(f"{path}: not a usable {kind}; missing columns: {', '.join(missing)}; {expected}")
-    text, keys, values = _RULES[kind]
+    text, keys, values = _RULES["runs.csv" if kind == "runs.csv" else "summary.csv"]
     df = df.copy()
+    unrun = df.iloc[:0]
     if kind == "runs.csv":  # a planned run that never ran (the sweep's own row for it) names no workload
-        df = df[df["status"].astype(str) != NOT_RUN]
+        never = df["status"].astype(str) == NOT_RUN
+        df, unrun = df[~never], df[never]
         if df.empty:
             raise ValueError(f"{path}: no run has run yet (every row is '{NOT_RUN}'); {expected}")
     for c in text:
@@ -145,9 +152,46 @@ def check_table(df: pd.DataFrame, path: Path, kind: str, expected: str = _EXPECT
     optional_keys = [c for c in NUMERIC_KEYS if c not in keys and c in df.columns]
     for c in keys + optional_keys + [v for v in values if v in df.columns]:
         df[c] = _numbers(df[c], path, c, required=c in keys)
-    if kind == "summary.csv":
+    if kind != "runs.csv":
         _check_intervals(df, path)
+    elif len(unrun):  # counted in its arm's n_runs, as `bench report` counts it, under its cell
+        unrun = unrun.assign(**{c: pd.to_numeric(unrun[c], errors="coerce") for c in keys + optional_keys})
+        df = pd.concat([df, _with_cell_columns(unrun, df)]).sort_index()
     return _with_identity(df)
+
+
+def _with_cell_columns(rows: pd.DataFrame, known: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (of arms or runs that never ran: no cell.json told their shape) with their cell's
+    columns (CELL_COLUMNS) from a row of ``known`` of the same cell_id, where there is one."""
+    cells = known.dropna(subset=["cell_id"]).drop_duplicates("cell_id").set_index("cell_id")
+    rows = rows.copy()
+    has = rows["cell_id"].isin(cells.index)
+    for c in CELL_COLUMNS:
+        if c in cells:
+            rows[c] = rows[c].astype(object)
+            rows.loc[has, c] = rows.loc[has, "cell_id"].map(cells[c])
+    return rows
+
+
+def _never_ran(summary: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """A summary's rows of arms none of whose runs ran (`bench report` writes them with no cell
+    columns) with their cell's columns from another row of the cell; a row of a cell no run of
+    which ran is left out: (the table, a line for each row left out)."""
+    if not {"cell_id", "n_ok", "profile"} <= set(summary.columns):
+        return summary, []
+    blank = summary["profile"].isna() | (summary["profile"].astype(str).str.strip() == "")
+    never = blank & summary["cell_id"].notna() & (pd.to_numeric(summary["n_ok"], errors="coerce") == 0)
+    if not never.any():
+        return summary, []
+    filled = _with_cell_columns(summary[never], summary[~blank])
+    out = summary.copy()
+    for c in CELL_COLUMNS:
+        if c in out:
+            out[c] = out[c].astype(object)
+            out.loc[never, c] = filled[c]
+    gone = never & out["profile"].isna()
+    lines = [f"cell {r.cell_id} arm {r.arm}: no run of its cell ran" for r in out[gone].itertuples()]
+    return out[~gone], lines
 
 
 def _with_identity(df: pd.DataFrame) -> pd.DataFrame:
@@ -185,14 +229,14 @@ def _check_intervals(df: pd.DataFrame, path: Path) -> None:
         if outside.any():
             i = outside.to_numpy().nonzero()[0][0]
             raise ValueError(
-                f"{path}: line {i + 2}: {point} {df[point].iloc[i]:g} lies outside its own 95% CI "
+                f"{path}: line {_line(outside)}: {point} {df[point].iloc[i]:g} lies outside its own 95% CI "
                 f"[{df[lo].iloc[i]:g}, {df[hi].iloc[i]:g}]: the file was edited or damaged"
             )
 
 
 def _line(mask: pd.Series) -> int:
-    """The file line of the first row ``mask`` marks (the header is line 1)."""
-    return int(mask.to_numpy().nonzero()[0][0]) + 2
+    """The file line of the first row ``mask`` marks (the header is line 1; rows keep the file's index)."""
+    return int(mask.index[mask.to_numpy().nonzero()[0][0]]) + 2
 
 
 def _which_csv(df: pd.DataFrame) -> str | None:
@@ -223,28 +267,90 @@ def _aggregate(runs: pd.DataFrame, sweep: dict | None) -> pd.DataFrame:
     return _with_identity(table)
 
 
-def load_summary(path: str | Path) -> pd.DataFrame:
-    """One side of a comparison: a summary table from a summary.csv or runs.csv; ValueError (one
-    line, naming the file) otherwise. ``attrs``: "runs" (the runs in the statistics, or None),
-    "source" (RUNS or SUMMARY_ONLY), "versions" (PROVENANCE_COLUMNS -> values), "warnings"."""
-    path = Path(path)
+def _read(path: Path) -> tuple[pd.DataFrame, str]:
+    """The table of an input and its kind: runs.csv, summary.csv, or summary.json (read as summary.csv's rows)."""
+    if path.suffix == ".json" or (path.is_file() and _first_char(path) in "{["):
+        return _summary_json(path), SUMMARY_JSON
     raw = read_csv(path)
-    kind = "runs.csv" if "run_id" in raw.columns else "summary.csv"
+    return raw, "runs.csv" if "run_id" in raw.columns else "summary.csv"
+
+
+def _first_char(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).lstrip()[:1].decode("latin-1") or " "
+    except OSError:
+        return " "
+
+
+def _summary_json(path: Path) -> pd.DataFrame:
+    """summary.json (bench/results/summary_json.py) as summary.csv's rows: per arm, its cell's
+    fields, its own, each verdict's words, and the sweep's versions as the provenance columns."""
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8, not a summary.json; {_EXPECTED}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{path}: not a whole JSON document ({e.msg}, line {e.lineno}): cut short or edited; rebuild "
+            "it with `python -m bench report` on its sweep directory"
+        ) from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise ValueError(f"{path}: JSON, but not a sweep's {SUMMARY_JSON} (no list of cells); {_EXPECTED}")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: {SUMMARY_JSON} schema_version {data.get('schema_version')!r}; this suite reads {SCHEMA_VERSION}"
+        )
+    versions = data.get("versions") if isinstance(data.get("versions"), dict) else {}
+    rows = []
+    for i, entry in enumerate(data["cells"]):
+        arms = entry.get("arms") if isinstance(entry, dict) else None
+        if not isinstance(arms, list) or not all(isinstance(a, dict) for a in arms):
+            raise ValueError(f"{path}: cells[{i}] is not a cell with a list of arms; the file was edited")
+        shared = {k: v for k, v in entry.items() if k not in ("arms", "contrasts")}
+        for a in arms:
+            mine = {
+                k: v.get("text") if isinstance(v, dict) else v for k, v in a.items() if k != "training_parity"
+            }
+            rows.append({**versions, **shared, **mine})
+    if not rows:
+        raise ValueError(f"{path}: no arm in any cell; {_EXPECTED}")
+    return pd.DataFrame(rows)
+
+
+def load_summary(path: str | Path) -> pd.DataFrame:
+    """One side of a comparison: a summary table from a summary.csv, summary.json or runs.csv;
+    ValueError (one line, naming the file) otherwise. ``attrs``: "runs" (the runs in the statistics,
+    or None), "source" (RUNS or SUMMARY_ONLY), "versions" (PROVENANCE_COLUMNS -> values), "warnings",
+    "missing" (lines: the planned runs that never ran), "user_arms" (a sweep's own arm -> the keys it
+    declares, from sweep.json), "loss_parity" ((cell_id, arm) -> summary's loss_parity), "path"."""
+    path = Path(path)
+    raw, kind = _read(path)
+    missing: list[str] = []
+    if kind != "runs.csv":
+        raw, missing = _never_ran(raw)
     checked = check_table(raw, path, kind)
-    runs = None
+    runs, summary = None, raw
     if kind == "runs.csv":
         runs = _numeric_runs(checked)
-        df = _aggregate(runs, _sweep_json(path))
+        df, missing = _built(runs, path)
+        beside = path.parent / "summary.csv"
+        summary = pd.read_csv(beside, dtype=str, keep_default_na=False) if beside.is_file() else None
     else:
         df = checked
         beside = path.parent / "runs.csv"
-        if path.name == "summary.csv" and beside.exists():  # a sweep's own pair of files
+        if path.name in ("summary.csv", SUMMARY_JSON) and beside.exists():  # a sweep's own files
             expected = f"expected the runs.csv of the sweep whose {path.name} is beside it"
             try:
                 runs = _numeric_runs(check_table(read_csv(beside, expected), beside, "runs.csv", expected))
             except ValueError as e:
                 raise ValueError(f"{e} (the per-run data of {path}, which is judged from it)") from None
-            df = _verified(df, _aggregate(runs, _sweep_json(path)), path, beside)
+            rebuilt, missing = _built(runs, path)
+            df = _verified(df, rebuilt, path, beside)
     dup = df[df.duplicated(KEY_COLUMNS, keep=False)]
     if len(dup):
         raise ValueError(f"{path}: several rows share the workload {dup[KEY_COLUMNS].iloc[0].tolist()}")
@@ -252,7 +358,36 @@ def load_summary(path: str | Path) -> pd.DataFrame:
     df.attrs["source"] = SUMMARY_ONLY if runs is None else RUNS
     df.attrs["versions"] = versions(runs if runs is not None else df)
     df.attrs["warnings"] = []
+    df.attrs["missing"] = missing
+    user = ((_sweep_json(path) or {}).get("config") or {}).get("user_arms")
+    df.attrs["user_arms"] = {
+        str(k): v["set"] for k, v in (user if isinstance(user, dict) else {}).items()
+        if isinstance(v, dict) and isinstance(v.get("set"), dict)
+    }  # fmt: skip
+    df.attrs["loss_parity"] = _loss_parity(summary)
+    df.attrs["path"] = path
     return df
+
+
+def _built(runs: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, list[str]]:
+    """The summary table of a sweep's runs and a line for each run that never ran (and each arm of
+    a cell none of whose runs ran, left out: nothing says what its workload was)."""
+    table, gone = _never_ran(_aggregate(runs, _sweep_json(path)))
+    unrun = runs[runs["status"].astype(str) == NOT_RUN]
+    lines = []
+    if len(unrun):
+        n = len(unrun)
+        ids = ", ".join(map(str, unrun["run_id"].iloc[:5])) + (f" and {n - 5} more" if n > 5 else "")
+        lines.append(f"{n} planned run{'s' if n > 1 else ''} never ran (not run): {ids}")
+    return table, lines + gone
+
+
+def _loss_parity(summary: pd.DataFrame | None) -> dict[tuple[str, str], str]:
+    """(cell_id, arm) -> the summary's loss_parity words ("" where blank)."""
+    if summary is None or not {"cell_id", "arm", "loss_parity"} <= set(summary.columns):
+        return {}
+    words = summary["loss_parity"].astype(object).where(summary["loss_parity"].notna(), "")
+    return {(str(c), str(a)): str(v) for c, a, v in zip(summary["cell_id"], summary["arm"], words)}
 
 
 def versions(df: pd.DataFrame) -> dict[str, list[str]]:

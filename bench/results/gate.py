@@ -5,8 +5,9 @@ regression gate").
 
 A row fails when the whole CI lies below the threshold (or, for speed, when B has no ok run of a
 row A has); it passes when the whole CI lies above it; a CI across it is inconclusive; a row
-without per-run values on both sides (point estimates), with too few runs, only in A, or of two
-different workloads cannot be decided, which is never a pass. One line per row, then one verdict.
+without per-run values on both sides (point estimates), with too few runs, only in A, of two
+different workloads, or whose arm was not in effect on a side (its runs measured something else)
+cannot be decided, which is never a pass. One line per row, then one verdict.
 """
 
 from __future__ import annotations
@@ -71,13 +72,16 @@ def row_name(r) -> str:
     )
 
 
-def _not_comparable(r, name: str) -> Decision | None:
+def _not_comparable(r, name: str, off: str | None = None) -> Decision | None:
     """Why a row cannot pass: an arm that fails parity on either side (its speed is not a gain),
-    two different workloads, a row only in A."""
+    an arm not in effect on either side (``off``: "arm not in effect in A (...)": its runs measured
+    something else), two different workloads, a row only in A."""
     for side in ("A", "B"):
         verdict = getattr(r, f"parity_{side.lower()}", None)
         if parity_failed(verdict):
             return Decision(name, FAIL, f"{side}'s arm fails parity ({verdict.removeprefix('FAIL: ')})")
+    if off:
+        return Decision(name, UNDECIDED, off)
     if r.present == DIFFERENT:
         return Decision(name, UNDECIDED, f"not compared: different workloads ({r.workloads_differ})")
     if r.present == "A only":
@@ -85,16 +89,20 @@ def _not_comparable(r, name: str) -> Decision | None:
     return None
 
 
-def decide(df: pd.DataFrame, pct: float, min_runs: int) -> list[Decision | None]:
-    """Per row of a comparison (COMPARE_COLUMNS): its Decision; None for a row only in B (new, not held)."""
-    return [_decide_row(r, pct, min_runs) for r in df.itertuples()]
+def decide(
+    df: pd.DataFrame, pct: float, min_runs: int, off: list[str | None] | None = None
+) -> list[Decision | None]:
+    """Per row of a comparison (COMPARE_COLUMNS): its Decision; None for a row only in B (new, not
+    held). ``off``: per row, why its arm was not in effect on a side (compare.py), or None."""
+    off = off or [None] * len(df)
+    return [_decide_row(r, pct, min_runs, why) for r, why in zip(df.itertuples(), off, strict=True)]
 
 
-def _decide_row(r, pct: float, min_runs: int) -> Decision | None:
+def _decide_row(r, pct: float, min_runs: int, off: str | None) -> Decision | None:
     if r.present == "B only":
         return None
     name = row_name(r)
-    if other := _not_comparable(r, name):
+    if other := _not_comparable(r, name, off):
         return other
     if math.isnan(r.samples_per_s_a):
         return Decision(name, UNDECIDED, "A has no ok run to hold B to")
@@ -127,42 +135,61 @@ def _on_ci(name: str, delta: float, lo: float, hi: float, limit: float, unit: st
     return Decision(name, INCONCLUSIVE, f"{delta:+.1f}{unit} {ci}: the CI straddles -{limit:g}{unit}")
 
 
-def decide_gain(df: pd.DataFrame, points: float, min_pairs: int) -> list[Decision | None]:
-    """Per non-baseline row: the gain gate's Decision on B's gain minus A's; None for the rest."""
+def decide_gain(
+    df: pd.DataFrame,
+    points: float,
+    min_pairs: int,
+    off: list[str | None] | None = None,
+    pairing: list[str | None] | None = None,
+) -> list[Decision | None]:
+    """Per non-baseline row: the gain gate's Decision on B's gain minus A's; None for the rest.
+    ``off``: per row, why its arm was not in effect (never a pass); ``pairing``: per row, how a
+    sweep's own arm's gain was paired (said in its line), or None."""
+    off, pairing = off or [None] * len(df), pairing or [None] * len(df)
     out: list[Decision | None] = []
-    for r in df.itertuples():
+    for r, why, how in zip(df.itertuples(), off, pairing, strict=True):
         if r.arm in (BASELINE, AA) or r.present == "B only":
             out.append(None)
             continue
         name = row_name(r)
-        other = _not_comparable(r, name)
+        other = _not_comparable(r, name, why)
         lost = math.isnan(r.samples_per_s_b) and not math.isnan(r.delta_samples_per_s_pct_a)
         if other is None and lost:  # A measured the arm's gain; B has no ok run of it: nothing kept
             other = Decision(
                 name, FAIL, f"B has no ok run of the arm (its gain in A: {r.delta_samples_per_s_pct_a:+.1f}%)"
             )
         if other is None:
-            pairs = (fmt.num(r.n_pairs_a, 0), fmt.num(r.n_pairs_b, 0))
-            if math.isnan(r.gain_change_points):
-                other = Decision(
-                    name, UNDECIDED, "no paired gain on both sides (per-run data of both arms needed)"
-                )
-            elif min(pairs) < min_pairs:
-                other = Decision(
-                    name,
-                    UNDECIDED,
-                    f"too few pairs for a CI ({pairs[0]:g} vs {pairs[1]:g}; {min_pairs} a side)",
-                )
+            other = _gain_undecided(r, name, min_pairs)
         if other is None:
             gain = (
                 f"gain {fmt.f(r.delta_samples_per_s_pct_a, '+.1f')}% in A, {fmt.f(r.delta_samples_per_s_pct_b, '+.1f')}% "
-                f"in B: "
+                f"in B{f' ({how})' if how else ''}: "
             )
             d = _on_ci(name, r.gain_change_points, r.gain_change_points_ci95_low, r.gain_change_points_ci95_high,
                        points, " points", "gain lower by")  # fmt: skip
             other = Decision(d.name, d.outcome, gain + d.detail)
         out.append(other)
     return out
+
+
+def _gain_undecided(r, name: str, min_pairs: int) -> Decision | None:
+    """Why a row's gain change cannot be judged: no per-run data, no pair of the arm with its
+    baseline in a side's runs, or too few pairs; None when it can be."""
+    pairs = (fmt.num(r.n_pairs_a, 0), fmt.num(r.n_pairs_b, 0))
+    if math.isnan(r.gain_change_points):
+        if math.isnan(r.n_runs_a) or math.isnan(r.n_runs_b):
+            return Decision(
+                name, UNDECIDED, "no paired gain on both sides (per-run data of both arms needed)"
+            )
+        lacking = " and ".join(s for s, n in zip("AB", pairs) if not n)
+        return Decision(
+            name, UNDECIDED, f"no pair of the arm and its baseline in {lacking or 'A or B'}'s runs"
+        )
+    if min(pairs) < min_pairs:
+        return Decision(
+            name, UNDECIDED, f"too few pairs for a CI ({pairs[0]:g} vs {pairs[1]:g}; {min_pairs} a side)"
+        )
+    return None
 
 
 def verdict(
