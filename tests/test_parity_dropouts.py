@@ -63,3 +63,19 @@ def test_a_metric_no_run_logged_says_so_rather_than_blaming_the_pairing():
     assert judge(runs, "x", "loss", p, STEPS)["verdict"] == (
         "no verdict: no run of the arm paired with a baseline run of the same round"
     )
+
+
+def test_an_ok_run_cut_short_is_named_on_the_console_not_only_counted_ok(tmp_path, capsys, monkeypatch):
+    """ "runs: 8 ok" counts a run whose records were cut short; the console says it weighs nothing."""
+    from bench.run.console import report
+    from tests.helpers import committed_sweep
+
+    monkeypatch.setenv("BENCH_NO_PLOTS", "1")
+    sweep = committed_sweep("h100-specforge-ab-default", tmp_path / "s")
+    victim = sorted((sweep / "runs").iterdir())[1]
+    lines = (victim / "metrics.jsonl").read_text().splitlines()
+    (victim / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n")  # 2 of its 13 steps
+    report(sweep)
+    out = capsys.readouterr().out
+    assert "warning: 1 ok run(s) left out of the statistics (runs.csv's note):" in out
+    assert f"  {victim.name}: " in out

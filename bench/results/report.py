@@ -41,7 +41,7 @@ from bench.results.method import (
     startup_section,
     vram_crosscheck,
 )
-from bench.results.parity import in_statistics_records, loss_parity_table, with_loss_parity
+from bench.results.parity import excluded_runs, in_statistics_records, loss_parity_table, with_loss_parity
 from bench.results.parity_report import parity_console, parity_section, plot_training_parity
 from bench.results.prsummary import CONSOLE_WIDTH, console_summary, pr_summary
 from bench.results.records import RunRecord, load_runs
@@ -236,6 +236,7 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
         tables["summary"], tables["runs"], sweep, training=tables.get("training_parity")
     )
     console += parity_console(tables.get("training_parity", pd.DataFrame()))
+    console += left_out_lines(records, tables["runs"])
     for line in first_run_section(tables["runs"], sweep)[:1]:  # as hyperfine warns, on the console too
         text = "warning: " + line.replace("**", "").replace("`", "")
         console += [
@@ -243,6 +244,19 @@ def build_report(sweep_dir: str | Path) -> dict[str, Any]:
             *textwrap.wrap(text, width=CONSOLE_WIDTH, subsequent_indent="  ", break_on_hyphens=False),
         ]
     return {"paths": paths, **tables, "main_table": main, "console_summary": console}
+
+
+def left_out_lines(records: list[RunRecord], runs: pd.DataFrame) -> list[str]:
+    """A warning per ok run that stayed out of the statistics (its records cut short, unreadable,
+    duplicated, of another workload...): "runs: N ok" counts it, so the console says why it
+    weighs nothing, never only runs.csv's note."""
+    ok = set(runs.loc[runs["status"] == "ok", "run_id"].astype(str))
+    out = [(rid, why) for rid, why in excluded_runs(records, runs).items() if rid in ok]
+    if not out:
+        return []
+    lines = ["", f"warning: {len(out)} ok run(s) left out of the statistics (runs.csv's note):"]
+    said = [f"  {rid}: {why}" for rid, why in out]
+    return lines + [s if len(s) <= CONSOLE_WIDTH else s[: CONSOLE_WIDTH - 4] + " ..." for s in said]
 
 
 def _write_training_parity(
