@@ -71,7 +71,7 @@ LOGGED = >>$(INSTALL_LOG) 2>&1 || { echo "install failed; the last lines of $(IN
 # Default: finish an unfinished sweep, never overwrite a finished one (use SWEEP_FLAGS=--force).
 SWEEP_FLAGS ?= --resume
 OUT ?=
-SWEEP = $(RUN_ENV)$(PYTHON) -m bench sweep
+SWEEP_CMD = $(RUN_ENV)$(PYTHON) -m bench sweep
 
 # Upstream SpecForge (PyPI `specforge`) in an environment of its own, for the tests and for trying
 # the SpecForge plug here: make specforge-env, then point the sweep at $(SPECFORGE_VENV)/bin/python.
@@ -150,40 +150,40 @@ format: install
 # Pick the sweep config from the detected hardware (A100, H100/H200, MI300X/MI355X, none -> CPU);
 # when none fits, `bench detect` says why and exits 2, and so does make.
 bench: $(INSTALL)
-	config=$$($(RUN_ENV)$(PYTHON) -m bench detect) && $(SWEEP) $$config $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	config=$$($(RUN_ENV)$(PYTHON) -m bench detect) && $(SWEEP_CMD) $$config $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 bench-cpu: $(INSTALL)
-	$(SWEEP) configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	$(SWEEP_CMD) configs/cpu.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 # The named GPU targets install for their vendor's stack, whatever this machine's detection says.
 bench-a100:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
-	$(SWEEP) configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	$(SWEEP_CMD) configs/a100.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 bench-h200:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
-	$(SWEEP) configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	$(SWEEP_CMD) configs/h200.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 bench-mi355x:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=rocm)
-	$(SWEEP) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	$(SWEEP_CMD) configs/mi355x.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 # Training parity: 200+ steps on learnable data, each arm against the A/A floor (docs/method.md).
 parity-cpu: $(INSTALL)
-	$(SWEEP) configs/cpu-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	$(SWEEP_CMD) configs/cpu-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 parity-h200:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
-	$(SWEEP) configs/h200-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	$(SWEEP_CMD) configs/h200-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 # The same for the real SpecForge CLI: on the CPU in .venv-specforge (make specforge-env); on a
 # GPU in your SpecForge environment ($$SPECFORGE_PYTHON, else the `specforge` on PATH).
 parity-specforge-cpu: specforge-env
-	SPECFORGE_PYTHON="$(abspath $(SPECFORGE_VENV))/bin/python" $(SWEEP) configs/cpu-specforge-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	SPECFORGE_PYTHON="$(abspath $(SPECFORGE_VENV))/bin/python" $(SWEEP_CMD) configs/cpu-specforge-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 parity-specforge-h200:
 	$(if $(INSTALL),$(MAKE) --no-print-directory $(INSTALL) GPU_STACK=nvidia)
-	$(SWEEP) configs/h200-specforge-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
+	$(SWEEP_CMD) configs/h200-specforge-parity.yaml $(SWEEP_FLAGS) $(if $(OUT),--out "$$OUT")
 
 # make compare A=results/a100/summary.csv B=results/h200/summary.csv [OUT=dir] [FAIL_IF_SLOWER=5]
 export A B OUT FAIL_IF_SLOWER FAIL_IF_GAIN_DROPS FORMAT

@@ -387,3 +387,15 @@ def test_an_out_directory_with_a_space_reaches_the_driver_whole(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert f"-> {out}   [dry run" in r.stdout
+
+
+def test_the_published_results_targets_take_only_the_sweep_named():
+    """SWEEP was also the Makefile's own `python -m bench sweep` command: `make verify-results`
+    without SWEEP= verified a sweep called "python3" and failed."""
+    assert make("verify-results", "INSTALL=", "PYTHON=python3") == ["python3 scripts/published.py verify"]
+    named = make("verify-results", "INSTALL=", "PYTHON=python3", "SWEEP=results/h200")
+    assert named == ["python3 scripts/published.py verify results/h200"]
+    r = subprocess.run(
+        ["make", "-n", "raw", "INSTALL="], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode != 0 and "name the sweep: make raw SWEEP=results/<name>" in r.stderr
