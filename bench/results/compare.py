@@ -25,6 +25,7 @@ from bench.results import gain, gate, parity_gate, stats
 from bench.results.columns import COMPARE_COLUMNS
 from bench.results.compare_format import label, render, write_outputs
 from bench.results.compare_inputs import KEY_COLUMNS, NUMERIC_KEYS, load_summary, per_run_values, row_key
+from bench.results.deltas import not_in_effect
 from bench.results.verdicts import Speed, speed_kind
 
 __all__ = ["COMPARE_COLUMNS", "KEY_COLUMNS", "compare", "compare_tables", "run_compare"]
@@ -164,21 +165,19 @@ def _side_not_in_effect(side: pd.DataFrame) -> dict[tuple, str]:
     """Per identity (row_key): why the side's arm was not in effect, in its report's words: its
     summary's verdict "arm not in effect (...)" (which counts its baseline's runs too), else its ok
     runs whose ``arm_in_effect`` says "no: ..."."""
-    out: dict[tuple, str] = {}
+    said: list[tuple[tuple, str | None]] = []
     runs = side.attrs.get("runs")
     if runs is not None and "arm_in_effect" in runs:
-        said: dict[tuple, list] = {}
-        for r in runs.itertuples(index=False):
-            said.setdefault(row_key(r), []).append(r.arm_in_effect)
-        for key, values in said.items():
-            no = [str(v).removeprefix("no: ") for v in values if isinstance(v, str) and v.startswith("no")]
-            if no:
-                out[key] = f"{len(no)} of {len(values)} {key[KEY_COLUMNS.index('arm')]} runs: {no[0]}"
+        keys = runs.apply(lambda r: row_key(r.to_dict()), axis=1)
+        for key, rows in runs.groupby(keys, sort=False):  # the report's own rule, on one row's runs
+            said.append((key, not_in_effect(rows.iloc[:0], rows, key[KEY_COLUMNS.index("arm")])))
     if "verdict_speed" in side:
-        for r in side.itertuples(index=False):
-            if speed_kind(r.verdict_speed) is Speed.NOT_IN_EFFECT:
-                out[row_key(r)] = r.verdict_speed.removeprefix(Speed.NOT_IN_EFFECT.value).strip(" ()")
-    return out
+        said += [(row_key(r), r.verdict_speed) for r in side.itertuples(index=False)]
+    return {
+        key: text.removeprefix(Speed.NOT_IN_EFFECT.value).strip(" ()")
+        for key, text in said
+        if speed_kind(text) is Speed.NOT_IN_EFFECT
+    }
 
 
 def _not_in_effect(m: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame) -> list[str | None]:
