@@ -18,8 +18,9 @@ finds an arm by name among the built-in ones and a sweep's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -31,6 +32,46 @@ LIGER_DEFAULT = frozenset({"rmsnorm", "swiglu"})  # what "Liger on" means: the s
 # modules): how a run's record of its module classes shows which kernels it really ran. The fused
 # linear cross-entropy ("loss") is a function, not a module: no record shows it.
 KERNEL_MODULES = {"rmsnorm": "LigerRMSNorm", "swiglu": "LigerSwiGLUMLP"}
+
+
+@dataclass(frozen=True)
+class ArmEnv:
+    """Where an arm's runs run when it is not the sweep's environment: another interpreter
+    (``python``), folders put first on the import path (``path``: a checkout of the trainer, or a
+    ``pip install --target`` folder of another liger-kernel), environment variables (``vars``);
+    ``differs``: the packages the arm means to change (the versions its runs must show changed),
+    empty for one the driver works out (bench/run/armenv.py)."""
+
+    python: str | None = None
+    path: tuple[str, ...] = ()
+    vars: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    differs: tuple[str, ...] = ()
+
+    def declared(self) -> dict[str, Any]:
+        """The declared difference as cell.json records it (and the workload digest covers)."""
+        out: dict[str, Any] = {}
+        if self.python:
+            out["python"] = self.python
+        if self.path:
+            out["path"] = list(self.path)
+        if self.vars:
+            out["env"] = dict(self.vars)
+        if self.differs:
+            out["differs"] = list(self.differs)
+        return out
+
+    def command(self, argv: list[str], environ: Mapping[str, str]) -> list[str]:
+        """``argv`` started under the arm's variables and with its folders first on PYTHONPATH
+        (through ``env``, so that each run of a lockstep pair's one process tree gets its own)."""
+        if not self.path and not self.vars:
+            return argv
+        sets = [f"{k}={v}" for k, v in self.vars.items()]
+        if self.vars:  # which variables the run records from inside (codefacts.collect)
+            sets.append(f"BENCH_ARM_VARS={','.join(self.vars)}")
+        if self.path:
+            rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            sets.append("PYTHONPATH=" + os.pathsep.join([*self.path, *rest]))
+        return ["env", *sets, *argv]
 
 
 @dataclass(frozen=True)
@@ -47,6 +88,9 @@ class Arm:
     lr_scale: float = 1.0  # the learning rate times this (a negative control: training parity must catch it)
     # a user arm's keys: the trainer's own dotted keys, set as written on every run of the arm
     sets: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    # a user arm's environment: another interpreter, import path or variables (None: the sweep's)
+    env: ArmEnv | None = None
+    base: str | None = None  # the built-in arm whose intent a declared arm keeps (None: the baseline)
 
     def __post_init__(self) -> None:
         unknown = set(self.kernels) - set(KERNELS)
@@ -90,8 +134,9 @@ class Arm:
 
     @property
     def user(self) -> bool:
-        """Whether a sweep declared it (user_arms): the trainer's own keys, not a built-in intent."""
-        return bool(self.sets)
+        """Whether a sweep declared it (user_arms): the trainer's own keys or its own environment
+        on top of a built-in intent (its ``base``)."""
+        return bool(self.sets) or self.env is not None or self.base is not None
 
     @property
     def liger(self) -> bool:
@@ -188,6 +233,15 @@ NOT_UNDER_TEST = (*FLOOR_ARMS, *NEGATIVE_CONTROLS)  # the yardsticks: no parity 
 # Arms whose Δ the kernel attribution can predict from the swapped modules' timings.
 LIGER_ARMS = tuple(name for name, arm in ARMS.items() if arm.swapped_kinds)
 
+# The packages whose versions decide the work, as an arm's ``differs`` names them and each run records
+# them from inside (its ``code``: version, the file it imported, a checkout's commit and dirty state).
+VERSIONED = ("specforge", "liger-kernel", "torch", "triton", "transformers")
+# Built-in arms a declared arm (or the sweep's baseline_arm) may keep the intent of: not the yardsticks
+# (the A/A floors, the negative controls) nor the poller's own cost.
+BASES = tuple(
+    name for name, a in ARMS.items() if not a.perturb and a.lr_scale == 1.0 and a.polls_vram and name != AA
+)
+
 # A user arm's name ends each of its run directories' names (<cell_id>_<arm>_r<repeat>), where it is
 # read back as the last word: letters and digits only.
 USER_ARM_NAME = r"^[A-Za-z][A-Za-z0-9]*$"
@@ -212,9 +266,15 @@ def same_value(held: Any, asked: Any) -> bool:
         return False
 
 
-def user_arm(name: str, doc: str, sets: Mapping[str, Any]) -> Arm:
-    """A sweep's own arm: the baseline with the trainer's dotted keys ``sets`` set as written."""
-    return Arm(name, doc, sets=MappingProxyType(dict(sets)))
+def user_arm(
+    name: str, doc: str, sets: Mapping[str, Any], env: ArmEnv | None = None, base: str | None = None
+) -> Arm:
+    """A sweep's own arm: the built-in arm ``base`` (default the baseline) with the trainer's dotted
+    keys ``sets`` set as written, run in ``env`` (None: the sweep's environment)."""
+    intent = ARMS[base] if base else ARMS[BASELINE]
+    return replace(
+        intent, name=name, doc=doc, sets=MappingProxyType(dict(sets)), env=env, base=base, polls_vram=True
+    )
 
 
 def arm_named(name: str, user: Mapping[str, Arm] | None = None) -> Arm:

@@ -155,6 +155,10 @@ class CellDoc(_Record):
     # the trainer keys a plug set for a built-in arm's intent beyond the Liger switch (compile,
     # attention, optimizer, ...): checked against what the run resolved, as a user arm's keys are
     arm_keys: dict[str, Any] | None = None
+    # a declared arm's environment (python, path, env, differs: bench.arms.ArmEnv.declared) and the
+    # built-in arm whose intent it keeps (absent: the baseline's, or the arm's own for a built-in arm)
+    arm_env: dict[str, Any] | None = None
+    arm_base: str | None = None
     cache_dir: str | None = None
     timeout_s: float | None = None
     command: list[str] | None = None
@@ -191,6 +195,10 @@ class RunDoc(_Record):
     startup_s: float | None = None
     startup: dict[str, Any] | None = None
     provenance: dict[str, Any] | None = None
+    # the code the run imported, read from inside it: {packages: {name: {file, version[, commit,
+    # dirty]}}, python: {executable, version}, vars: {declared variable: value}} (codefacts.py; ours:
+    # provenance's "code")
+    code: dict[str, Any] | None = None
     # the driver's, when it set the status (bench/trainers/contract/plug.py, bench/run/execute.py)
     exit_code: int | None = None
     driver_note: str | None = None

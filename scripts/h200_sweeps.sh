@@ -70,6 +70,10 @@
 #             again into a second directory (caches warm)
 #   sfabseq13 the same with --pairing sequential --pairs 5: the side-by-side of the two pairings
 #             (run between sfabdef and sfabdef2: lockstep, sequential, lockstep)
+#   sfpr      `bench ab ... --arm pr:python=/tmp/sfenv-pr/python --pairs 3`: SpecForge from PyPI against a git
+#             checkout of it with a one-line change (sfcheckout), in lockstep pairs
+#   sfliger06 `bench ab ... --baseline-arm liger --arm liger064:path=/tmp/liger06,differs=liger-kernel --pairs 3`:
+#             liger-kernel 0.6.4 (.whl/liger06/, installed with --target) against 0.8.5, both with Liger on
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
@@ -141,6 +145,17 @@ sfenv() {  # the user's SpecForge environment: upstream's wheels in a folder of 
   mkdir -p /tmp/sfenv
   printf '#!/bin/sh\nPYTHONPATH=/tmp/sfsite${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n' >/tmp/sfenv/python
   chmod +x /tmp/sfenv/python
+}
+sfcheckout() {  # SpecForge 0.2.0 as a git checkout with a one-line change, and an interpreter that imports it
+  [ -x /tmp/sfenv-pr/python ] && return 0
+  mkdir -p /tmp/sfcheckout && cp -r /tmp/sfsite/specforge /tmp/sfcheckout/ && find /tmp/sfcheckout -name __pycache__ -prune -exec rm -rf {} + \
+    && git -C /tmp/sfcheckout init -q && git -C /tmp/sfcheckout add -A \
+    && git -C /tmp/sfcheckout -c user.name=bench -c user.email=bench@localhost commit -qm "specforge 0.2.0 from PyPI" \
+    && sed -i 's/^__all__ = \["TrainerCore"/# a contributor'"'"'s one-line change\n__all__ = ["TrainerCore"/' /tmp/sfcheckout/specforge/training/controller.py \
+    && git -C /tmp/sfcheckout diff --stat | tee -a $OUT/sf-checkout.log || return 1
+  mkdir -p /tmp/sfenv-pr
+  printf '#!/bin/sh\nPYTHONPATH=/tmp/sfcheckout:/tmp/sfsite${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n' >/tmp/sfenv-pr/python
+  chmod +x /tmp/sfenv-pr/python
 }
 export W OUT
 export -f profile
@@ -216,6 +231,13 @@ for spec in $stages; do
         run_stage $d python3 -m bench ab --trainer specforge-cli -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --out $W/$d --resume ;;
     sfabseq13) sfenv && run_stage h200-specforge-ab-seq13 python3 -m bench ab --trainer specforge-cli -c $W/ab-inputs/run.yaml \
         --python /tmp/sfenv/python --pairing sequential --pairs 5 --out $W/h200-specforge-ab-seq13 --resume ;;
+    sfpr) sfenv && sfcheckout && run_stage h200-specforge-versions-pr python3 -m bench ab --trainer specforge-cli \
+        -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --arm pr:python=/tmp/sfenv-pr/python --pairs 3 \
+        --out $W/h200-specforge-versions-pr --resume ;;
+    sfliger06) sfenv && { [ -d /tmp/liger06 ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+        --target /tmp/liger06 .whl/liger06/*.whl; } && run_stage h200-specforge-versions-liger python3 -m bench ab \
+        --trainer specforge-cli -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --baseline-arm liger \
+        --arm liger064:path=/tmp/liger06,differs=liger-kernel --pairs 3 --out $W/h200-specforge-versions-liger --resume ;;
     sfpause) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-pause python3 -m bench sweep configs/h200-specforge-pause.yaml --out $W/h200-specforge-pause --resume ;;
     sfparity200) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \

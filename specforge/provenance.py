@@ -52,6 +52,37 @@ def _driver_version() -> str | None:
         return None
 
 
+def _package(module: str, dist: str) -> dict | None:
+    """Where a package is imported from and its installed version (the run's own record of its code)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        return None
+    places = list(spec.submodule_search_locations or [])
+    where = places[0] if places else spec.origin
+    return {"file": os.path.realpath(where) if where else None, "version": _version(dist)}
+
+
+def code() -> dict:
+    """The code this run imported (the packages whose versions decide the work), its interpreter,
+    and the environment variables a benchmark arm declared (named by $BENCH_ARM_VARS)."""
+    names = [n for n in os.environ.get("BENCH_ARM_VARS", "").split(",") if n]
+    mods = {"liger-kernel": ("liger_kernel", "liger-kernel"), "torch": ("torch", "torch")}
+    mods |= {"triton": ("triton", "triton"), "transformers": ("transformers", "transformers")}
+    packages = {name: _package(*m) for name, m in mods.items()}
+    packages["specforge"] = {
+        "file": str(Path(__file__).resolve().parent),
+        "version": None,
+        "commit": _git_commit(),
+    }
+    return {
+        "packages": packages,
+        "python": {"executable": os.path.realpath(sys.executable), "version": sys.version.split()[0]},
+        "vars": {n: os.environ.get(n) for n in names},
+    }
+
+
 def collect() -> dict:
     gpus = (
         [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -73,4 +104,5 @@ def collect() -> dict:
         "transformers": _version("transformers"),
         "liger_kernel": _version("liger-kernel"),
         "git_commit": _git_commit(),
+        "code": code(),
     }

@@ -84,7 +84,7 @@ def test_a_user_arm_from_the_sweep_yaml_sets_its_keys_on_each_trainers_command_l
             {"user_arms": {"my_arm": EAGER}, "arms": ["baseline"]},
             "user_arms.my_arm: 'my_arm' should be letters",
         ),
-        ({"user_arms": {"eager": {"doc": "x", "set": {}}}}, "user_arms.eager.set: empty; expected"),
+        ({"user_arms": {"eager": {"doc": "x", "set": {}}}}, "user_arms.eager: changes nothing; expected set"),
         ({"user_arms": {"eager": {"set": {"a": 1}}}}, "user_arms.eager.doc: missing; expected a string"),
         ({"arms": ["baseline", "eagr"]}, "arms: unknown arm 'eagr'; expected arms from baseline, liger"),
         ({"arms": ["eager", "baseline"]}, None),  # the baseline first, whatever the order given

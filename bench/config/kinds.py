@@ -14,7 +14,7 @@ import re
 from typing import Annotated, Any
 
 import bench.config.typed as typed
-from bench.arms import AA, ARM_NAMES, BASELINE
+from bench.arms import AA, ARM_NAMES, BASELINE, VERSIONED
 from bench.config.typed import Bound, Fail, Kind
 
 _SET_KEY_RE = re.compile(r"^[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*$")
@@ -120,6 +120,45 @@ class SetMapping(Kind):
         return dict(value)
 
 
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Words(Kind):
+    """A string or a list of non-blank strings (folders, package names), as a list."""
+
+    def __init__(self, what: str) -> None:
+        self.expect = f"{what}, or a list of them"
+
+    def check(self, value: Any, name: str, fail: Fail, bound: Bound) -> list[str]:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(a, str) and a.strip() for a in items):
+            raise self.bad(value, name, fail)
+        bad = next((a for a in items if any(not c.isprintable() and c != " " for c in a)), None)
+        if bad is not None:
+            raise fail(f"{name}: {bad!r} holds a control character")
+        return list(items)
+
+
+class EnvVars(Kind):
+    """Environment variables an arm's runs get: names to string values (numbers as written)."""
+
+    expect = "a mapping of environment variable names to values (e.g. {PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True})"
+
+    def check(self, value: Any, name: str, fail: Fail, bound: Bound) -> dict[str, str]:
+        if not isinstance(value, dict):
+            raise self.bad(value, name, fail)
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or not _ENV_NAME_RE.fullmatch(k):
+                raise fail(f"{name}: {k!r} is no environment variable name (letters, digits, '_')")
+            if k == "PYTHONPATH":
+                raise fail(f"{name}.PYTHONPATH: give the folders as the arm's path (they go first on it)")
+            if isinstance(v, dict | list) or v is None:
+                raise fail(f"{name}.{k}: expected a string or number, got {v!r}")
+            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+
 class SectionMapping(Kind):
     """A mapping checked later against its own section (a cell's precision merges with the
     sweep's first), kept as written in the resolved config."""
@@ -169,3 +208,6 @@ Arms = Annotated[list[str], ArmNames()]
 Pairs = Annotated[list[list[str]], Contrasts()]
 Ints = Annotated[list[int], IntOrList()]
 Sets = Annotated[dict[str, Any], SetMapping()]
+Folders = Annotated[list[str], Words("a folder")]
+Packages = Annotated[list[str], Words(f"a package name ({', '.join(VERSIONED)})")]
+Variables = Annotated[dict[str, str], EnvVars()]

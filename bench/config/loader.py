@@ -110,6 +110,9 @@ def validate(raw: Any, path: Path, readers: Readers) -> SweepConfig:
     resolved = {**typed.as_dict(top), "cells": resolved_cells}
     if not user:  # a sweep without arms of its own resolves (and its sweep.json reads) as before the key
         del resolved["user_arms"]
+    for k, default in (("baseline_arm", "baseline"), ("version_drift", "refuse")):  # the same for these
+        if resolved[k] == default:
+            del resolved[k]
     return _sweep_config(path, top, rdzv, tuple(cells), precision, capacity, resolved, user)
 
 

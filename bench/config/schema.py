@@ -18,13 +18,16 @@ from bench.config.kinds import (
     Arms,
     Command,
     Endpoint,
+    Folders,
     Hardware,
     Ints,
+    Packages,
     Pairs,
     SectionList,
     SectionMapping,
     Sets,
     UserArms,
+    Variables,
 )
 from bench.config.typed import key
 
@@ -135,8 +138,26 @@ class UserArmKeys:
 
     doc: str = key(doc="one line: what the arm changes against the baseline")
     set: Sets = key(
+        {},
         doc="the cells' trainer's own dotted keys the arm sets, on top of each cell's `set:` (not the "
-        "driver's own keys)"
+        "driver's own keys)",
+    )
+    base: str | None = key(
+        None,
+        doc="the built-in arm whose intent it keeps (e.g. liger: a Liger arm in another environment); "
+        "null: the sweep's baseline",
+    )
+    python: str | None = key(
+        None, doc="the interpreter its runs start (another environment); null: the sweep's"
+    )
+    path: Folders = key(
+        [], doc="folders put first on its runs' import path (a checkout, a pip --target folder)"
+    )
+    env: Variables = key({}, doc="environment variables its runs get")
+    differs: Packages = key(
+        [],
+        doc="the packages its environment changes (its runs must show them changed); empty: those "
+        "imported from its path, else the trainer's",
     )
 
 
@@ -162,7 +183,20 @@ class SweepKeys:
         "own lookup",
     )
     user_arms: UserArmsMapping = key(
-        {}, doc="arms of your own beside bench/arms.py's: {name: {doc, set: {dotted key: value}}}"
+        {},
+        doc="arms of your own beside bench/arms.py's: {name: {doc, set: {dotted key: value}, base, "
+        "python, path, env, differs}}",
+    )
+    baseline_arm: str = key(
+        "baseline",
+        doc="the built-in arm the baseline runs as (e.g. liger: every arm Liger on, to A/B two "
+        "environments of it); baseline: the stock modules",
+    )
+    version_drift: str = key(
+        "refuse",
+        choices=("refuse", "allow"),
+        doc="package versions that differ between an arm's environment and the baseline's without the "
+        "arm declaring them (differs): refuse before anything runs, or allow (named in the report)",
     )
     arms: Arms = key(
         ["baseline", "liger"], doc="the A/B arms (bench/arms.py's, or user_arms'), run baseline first"

@@ -64,6 +64,13 @@ PROVENANCE = (
         "git_commit", TEXT, "",
         "`git describe --always --dirty` of the suite's checkout (12 hex digits), or `$BENCH_GIT_COMMIT`",
     ),
+    Column(
+        "code_versions", TEXT, "",
+        "the versions the run imported, read from inside its process (run.json's `code`): specforge, "
+        "liger-kernel, torch, triton, transformers, each `NAME VERSION`, a checkout's `checkout COMMIT` "
+        "and `(dirty DIGEST)` (12 hex digits of its diff), joined by ` · `; empty for a run that "
+        "recorded none (a trainer or a sweep from before the record)",
+    ),
 )  # fmt: skip
 
 # ---------------------------------------------------------------- runs.csv

@@ -38,12 +38,14 @@ def _planned_sha(cell: CellDoc, sweep: dict | None) -> str | None:
 
 def workload_digest(cell: CellDoc | None, sweep: dict | None = None) -> str | None:
     """12 hex digits of the run's training config (its sha256, else its path), `set:` overrides and
-    a user arm's keys (cell.json's arm_set; a built-in arm's runs digest as before there were user
-    arms); None without a trusted cell.json."""
+    a user arm's keys, declared environment and base (cell.json's arm_set, arm_env, arm_base; a
+    built-in arm's runs digest as before there were user arms); None without a trusted cell.json."""
     if cell is None:
         return None
     sha = cell.config_sha256 or _planned_sha(cell, sweep)
     mine = {"arm_set": cell.arm_set} if cell.arm_set else {}
+    mine |= {"arm_env": cell.arm_env} if cell.arm_env else {}  # a version arm: never a flag arm's workload
+    mine |= {"arm_base": cell.arm_base} if cell.arm_base else {}
     doc = {"training_config": sha or cell.train_config, "set": cell.set or {}, **mine}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
 

@@ -39,6 +39,7 @@ from bench.results.columns import CELL_COLUMNS, DEFAULT_TRAINER, STATE_FIELDS, V
 from bench.results.energy import own_turns, run_energy
 from bench.results.identity import odd_ones_out, plan_problem, workload_digest
 from bench.results.step_checks import foreign_warning, outlier_warning, retries_warning, step_problem
+from bench.results.versions import code_of, versions_text
 
 NAN = float("nan")
 # cell.json's keys that say which run it is and how many steps are warm-up: checked, never guessed.
@@ -393,6 +394,7 @@ def _provenance(rec: RunRecord) -> dict[str, Any]:
         "transformers_version": prov.get("transformers"),
         "liger_version": prov.get("liger_kernel") or (run.liger or {}).get("version"),
         "git_commit": prov.get("git_commit"),
+        "code_versions": versions_text(code_of(run)),
     }
 
 
@@ -473,10 +475,11 @@ def arm_in_effect(rec: RunRecord) -> str | None:
     (keys set but no set_resolved; no module census of a Liger arm or of an arm without keys) or
     the arm is unknown: not proven."""
     run = rec.run or RunDoc()
-    arm = ARMS.get(str(rec.arm))
     sets = rec.cell.arm_set if rec.cell else None
-    if arm is None and isinstance(sets, dict):  # a sweep's own arm: the baseline with its keys
-        arm = user_arm(str(rec.arm), "", sets)
+    base = rec.cell.arm_base if rec.cell and rec.cell.arm_base in ARMS else None
+    arm = ARMS.get(str(rec.arm)) if base is None else None
+    if arm is None and (isinstance(sets, dict) or base):  # a declared arm: its base with its keys
+        arm = user_arm(str(rec.arm), "", sets or {}, base=base)
     if arm is None:
         return None
     keys = arm.sets if arm.user else (rec.cell.arm_keys if rec.cell else None) or {}

@@ -31,6 +31,7 @@ from bench.results.columns import (
 from bench.results.deltas import delta_columns
 from bench.results.energy import arm_energy
 from bench.results.records import RunRecord, in_statistics, run_row, vram_devices
+from bench.results.versions import arm_env_effects, combined
 
 NAN = float("nan")
 
@@ -38,7 +39,12 @@ NAN = float("nan")
 def runs_table(records: list[RunRecord]) -> pd.DataFrame:
     """runs.csv: one row per run (RUNS_COLUMNS), none dropped, whatever its status."""
     split = split_pair_notes(records)  # pairs resumed in another Slurm allocation are flagged
-    df = pd.DataFrame([with_split_pairs(run_row(r), split) for r in records]).reindex(columns=RUNS_COLUMNS)
+    rows = [with_split_pairs(run_row(r), split) for r in records]
+    env = arm_env_effects(records)  # an arm with its own environment: other code than the baseline's?
+    for row in rows:
+        if row["run_id"] in env:
+            row["arm_in_effect"] = combined([row.get("arm_in_effect"), env[row["run_id"]]])
+    df = pd.DataFrame(rows).reindex(columns=RUNS_COLUMNS)
     for c in RUNS_COLUMNS:
         if c not in RUNS_TEXT_COLUMNS:
             df[c] = pd.to_numeric(df[c], errors="coerce")

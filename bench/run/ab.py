@@ -18,6 +18,7 @@ explicit ``--warmup-steps`` or ``--set-sweep trainer_gc_freeze=...`` is kept.
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -41,6 +42,10 @@ def add_ab_parser(sub) -> None:
     )
     p.add_argument("--trainer", help="the trainer (registered name, e.g. specforge-cli; default: the first)")
     p.add_argument("--python", help="trainer_python: your environment's interpreter")
+    p.add_argument(
+        "--baseline-arm",
+        help="the built-in arm the baseline runs as (e.g. liger: A/B two environments of Liger; baseline_arm)",
+    )
     p.add_argument("--out", help="the sweep directory (default: results/ab-<config name>)")
     p.add_argument(
         "--arms",
@@ -51,7 +56,8 @@ def add_ab_parser(sub) -> None:
         action="append",
         default=[],
         metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
-        help="an arm of your own: the trainer's own dotted keys it sets (repeatable; user_arms)",
+        help="an arm of your own: the trainer's own dotted keys it sets, and/or its environment "
+        "(python=PATH, path=DIR[:DIR], env.NAME=VALUE, base=ARM, differs=PKG[+PKG]) (repeatable; user_arms)",
     )
     for name, default in DEFAULTS.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=f"default {default}")
@@ -132,8 +138,29 @@ def user_arms(specs: list[str]) -> dict:
         items = [item.strip() for item in body.split(",") if item.strip()]
         comma = ARM_COMMA if len(items) > 1 else ""
         sets = _pairs(items, f"--arm {name}", comma)
-        out[name] = {"doc": f"bench ab --arm {name}:{','.join(items)}", "set": sets}
+        out[name] = {"doc": f"bench ab --arm {name}:{','.join(items)}", **_environment(sets)}
     return out
+
+
+# --arm's keys that are not the trainer's: the arm's environment and base (user_arms' keys of the same
+# names); env.NAME=VALUE sets a variable, path= takes folders joined by os.pathsep, differs= packages by "+".
+ARM_ENV_KEYS = ("python", "path", "base", "differs")
+
+
+def _environment(sets: dict) -> dict:
+    """One --arm's keys as a user_arms entry: its environment and base apart from the trainer's keys."""
+    arm: dict = {"set": {}}
+    for key, value in sets.items():
+        if key in ARM_ENV_KEYS:
+            text = "" if value is None else str(value)
+            arm[key] = (
+                text.split(os.pathsep) if key == "path" else text.split("+") if key == "differs" else text
+            )
+        elif key.startswith("env."):
+            arm.setdefault("env", {})[key[len("env.") :]] = value
+        else:
+            arm["set"][key] = value
+    return arm
 
 
 def sweep_doc(args) -> dict:
@@ -160,6 +187,8 @@ def sweep_doc(args) -> dict:
     user = user_arms(args.arm)
     if user:
         doc["user_arms"] = user
+    if args.baseline_arm:
+        doc["baseline_arm"] = args.baseline_arm
     arms = args.arms if args.arms is not None else "baseline" if user else "baseline,liger"
     doc["arms"] = [a.strip() for a in arms.split(",") if a.strip()]
     doc["arms"] += [name for name in user if name not in doc["arms"]]
@@ -273,7 +302,7 @@ def run_ab(args, argv: list[str] | None = None) -> int:
 # The sweep keys bench ab writes from a flag, as the flag (an error names what the user typed).
 FLAGS = {
     "warmup_steps": "--warmup-steps", "steps": "--steps", "repeats": "--pairs", "arms": "--arms",
-    "hardware": "--hardware", "trainer": "--trainer", "trainer_python": "--python",
+    "hardware": "--hardware", "trainer": "--trainer", "trainer_python": "--python", "baseline_arm": "--baseline-arm",
     "cells[0].batch_size": "--batch-size", "cells[0].seq_len": "--seq-len",
     "precision.ci_halfwidth_pct": "--ci-halfwidth-pct", "precision.min_pairs": "--min-pairs",
     "precision.max_pairs": "--max-pairs",

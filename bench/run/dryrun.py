@@ -54,7 +54,7 @@ def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_proble
     if hardware_problem:
         print(f"note: a real run would be refused here: {hardware_problem}")
     _header(cfg, runs)
-    for line in preflight.skip_lines(preflight.arm_skip_reasons(cfg.arms)):
+    for line in preflight.skip_lines(preflight.arm_skip_reasons(cfg)):
         print(line)
     plugs = plugs_for(cfg)
     seen = set()
@@ -86,7 +86,7 @@ def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str |
         f"axis {cap.axis}: from {cap.start}, doubling up to {cap.max}, then bisecting to multiples of "
         f"{cap.granularity}; {cap.steps} steps per probe"
     )
-    for line in preflight.skip_lines(preflight.arm_skip_reasons(cfg.arms)):
+    for line in preflight.skip_lines(preflight.arm_skip_reasons(cfg)):
         print(line)
     plugs = plugs_for(cfg)
     for sid, cell in series(cfg):

@@ -176,6 +176,8 @@ def cell_record(
         config_sha256=c.config_sha256,
         set=c.overrides,
         **({"arm_set": dict(run.spec.sets)} if run.spec.user else {}),
+        **({"arm_env": run.spec.env.declared()} if run.spec.env is not None else {}),
+        **({"arm_base": run.spec.base} if run.spec.base else {}),
         **({"arm_keys": dict(arm_keys)} if arm_keys and not run.spec.user else {}),
         cache_dir=str(cache_dir) if cache_dir is not None else None,
         timeout_s=c.timeout_s,

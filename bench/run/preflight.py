@@ -8,7 +8,6 @@ import importlib.util
 import shutil
 import sys
 
-from bench.arms import ARMS
 from bench.config import CPU_MAX_PROCS, SweepConfig
 from bench.distribution import TRAIN_EXTRA
 from bench.errors import SweepError
@@ -57,19 +56,20 @@ def liger_skip_reason() -> str | None:
     return None
 
 
-def arm_skip_reasons(arms: tuple[str, ...] | list[str]) -> dict[str, str]:
+def arm_skip_reasons(cfg: SweepConfig) -> dict[str, str]:
     """arm -> why its runs cannot run on this machine and are recorded as skipped: the Liger arms
-    without a GPU or liger-kernel (liger_skip_reason), the other GPU-only arms (compile) without
-    a GPU. A ``hardware: cpu`` config naming a GPU-only arm was refused when it was loaded."""
-    arms = [a for a in arms if a in ARMS]  # a sweep's own arms (user_arms) run wherever the baseline does
-    liger = liger_skip_reason() if any(ARMS[a].liger for a in arms) else None
-    no_gpu = gpu_missing() if any(ARMS[a].gpu_only and not ARMS[a].liger for a in arms) else False
+    (a declared arm or the baseline kept as a Liger arm included: user_arms' base, baseline_arm)
+    without a GPU or liger-kernel (liger_skip_reason), the other GPU-only arms (compile) without a
+    GPU. A ``hardware: cpu`` config naming a GPU-only arm was refused when it was loaded."""
+    arms = {a: cfg.arm(a) for a in cfg.arms}
+    liger = liger_skip_reason() if any(arm.liger for arm in arms.values()) else None
+    no_gpu = gpu_missing() if any(arm.gpu_only and not arm.liger for arm in arms.values()) else False
     reasons = {}
-    for a in arms:
-        if ARMS[a].liger and liger:
+    for a, arm in arms.items():
+        if arm.liger and liger:
             reasons[a] = liger
-        elif ARMS[a].gpu_only and not ARMS[a].liger and no_gpu:
-            reasons[a] = NO_GPU_ARM.format(doc=ARMS[a].doc)
+        elif arm.gpu_only and not arm.liger and no_gpu:
+            reasons[a] = NO_GPU_ARM.format(doc=arm.doc)
     return reasons
 
 

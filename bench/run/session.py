@@ -53,7 +53,7 @@ class Session:
         """A session for runs of ``cfg``; says which arms are skipped on this machine and why
         (preflight.arm_skip_reasons) before any run. The caller gives it a progress display when
         its runs start."""
-        skips = preflight.arm_skip_reasons(cfg.arms)
+        skips = preflight.arm_skip_reasons(cfg)
         for line in preflight.skip_lines(skips):
             print(line, flush=True)
         session = cls(
@@ -186,7 +186,8 @@ class Session:
         env = execute.compile_env(self.compile_dir(cell))
         try:
             rc, timed_out = execute.launch_polled(
-                self.cfg, runs[0], rdir, argv, tick, env, fork=pdir is None and self.forks(cell), step=step,
+                self.cfg, runs[0], rdir, argv, tick, env, fork=pdir is None and self.forks(cell)
+                and runs[0].spec.env is None, step=step,
                 pair=(pdir, [d for d, _ in others]) if pdir is not None else None,
             )  # fmt: skip
         finally:  # the turn protocol's files: nothing to keep (a copied or archived sweep holds no pipes)
@@ -235,6 +236,8 @@ class Session:
         argv = plug.train_command(cfg, run, rdir, cache_dir)
         if lockstep is not None:
             argv = plug.lockstep_command(argv, *lockstep, last=run.cell.steps)
+        if run.spec.env is not None:  # an arm's own variables and import path, each run its own
+            argv = run.spec.env.command(argv, os.environ)
         warm = compile_dir is not None and any(p.is_file() for p in compile_dir.rglob("*"))  # not empty dirs
         arm_sets = getattr(plug, "arm_sets", None)  # the plugs that translate an arm into their own keys
         arm_keys = arm_sets(run.spec) if callable(arm_sets) else None

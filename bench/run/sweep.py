@@ -26,8 +26,8 @@ from bench.errors import SweepError
 from bench.fileio import writing
 from bench.probe import vram
 from bench.procs.launcher import reap_stale
+from bench.run import armenv, console, dryrun, preflight
 from bench.run import capacity_search as search  # the capacity loop, a user of the same Session
-from bench.run import console, dryrun, preflight
 from bench.run.caches import clear_staging
 from bench.run.engine import LOCAL, LOST_EXIT, Engine, RunLost
 from bench.run.execute import quietly
@@ -88,9 +88,13 @@ def run_sweep(
     out_dir = Path(out) if out is not None else Path(cfg.out)
     check_out_path(out_dir)
     runs = plan(cfg) if not capacity else []
-    for trainer, plug in plugs_for(cfg).items():
+    plugs = plugs_for(cfg)
+    for plug in plugs.values():
         missing = [] if dry_run else [*preflight.missing_run_packages(), *plug.missing_packages(cfg)]
         preflight.check_imports(missing)  # a plan needs no torch
+    for line in armenv.check_arm_envs(cfg, plugs):  # arms in environments of their own: what each runs
+        print(line, flush=True)
+    for trainer, plug in plugs.items():
         plug.check_cells(cfg, [c for c in cfg.cells if c.trainer == trainer], out_dir, cache_dir_for)
     info = preflight.detect()
     problem = preflight.hardware_problem(cfg, info)

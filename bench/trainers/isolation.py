@@ -92,7 +92,7 @@ def which_specforge(python: str, env: Mapping[str, str]) -> dict[str, Any]:
             f"{where} cannot import specforge: install SpecForge there (pip install specforge), "
             "or name the python of the environment that has it (`make specforge-env` builds one)"
         )
-    if _ours(facts["file"]):
+    if ours(facts["file"]):
         raise SweepError(
             f"{where} imports this checkout's specforge ({facts['file']}), not upstream SpecForge: "
             "install SpecForge in that environment, or name the python of one that has it"
@@ -151,7 +151,7 @@ def _in_trainer_root(entry: str) -> bool:
     return TRAINER_ROOT is not None and _resolve(entry).is_relative_to(TRAINER_ROOT)
 
 
-def _ours(file: str) -> bool:
+def ours(file: str) -> bool:
     """Whether a module file is our trainer's (a cached upstream environment inside the checkout,
     such as .venv-specforge/, is not)."""
     return TRAINER_ROOT is not None and _resolve(file).is_relative_to(TRAINER_ROOT / "specforge")

@@ -18,7 +18,8 @@ def module_launcher(cfg: SweepConfig, run: Run, rdir: Path, module: str) -> list
     into the run directory (when the arm is polled), then a torchrun agent that meets the other
     nodes' at the c10d rendezvous."""
     cell = run.cell
-    python = sys.executable  # the driver's interpreter runs the trainer
+    env = run.spec.env  # an arm's own interpreter, else the driver's runs the trainer
+    python = env.python if env is not None and env.python else sys.executable
     if cell.gpus == 1 and cell.nodes == 1:
         return [python, "-m", module]
     torchrun = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(cell.gpus)]

@@ -280,6 +280,9 @@ class ModuleCensus(_FirstStep):
             doc |= {"root": type(root).__name__, "matched_tensors": -best[0][0]}
             doc["module_types"] = sorted({type(m).__name__ for m in root.modules()})
         doc["resolved"] = resolved_keys(_argv_keys(sys.argv[1:]), objects, torch.nn.Module)
+        doc.update(
+            code=_sibling("codefacts").collect()
+        )  # the versions this run imported (an arm's environment)
         return doc
 
 

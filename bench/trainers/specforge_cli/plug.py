@@ -177,8 +177,9 @@ class SpecForgeCliPlug:
         return cell.steps * cell.batch_size * (cell.accumulation_steps or 1) * cell.gpus
 
     def spec_command(self, cfg: SweepConfig, run: Run, rdir: Path, config: Path) -> list[str]:
+        env = run.spec.env
         return [
-            self.interpreter(cfg),
+            env.python if env is not None and env.python else self.interpreter(cfg),
             "-m",
             "specforge.cli",
             "train",
@@ -193,7 +194,9 @@ class SpecForgeCliPlug:
         wrap += ["--world", str(cell.gpus), "--seq-len", str(cell.seq_len)]
         if cfg.stop_after_last_step:
             wrap += ["--stop-after", str(cell.steps)]
-        if cfg.trainer_python_fork and cell.gpus == 1:
+        if (
+            cfg.trainer_python_fork and cell.gpus == 1 and run.spec.env is None
+        ):  # the warm server: the sweep's env
             wrap += ["--warm", self.warm_socket()]
         if cfg.trainer_gc_freeze:
             wrap += ["--gc-freeze"]
@@ -254,7 +257,10 @@ class SpecForgeCliPlug:
                 for arm in cfg.arms:
                     run = Run("check", cell, arm, 1, 0)
                     argv = [*self.spec_command(cfg, run, out_dir / "runs" / "check", config), "--plan"]
-                    self._check_one(cfg, cell, argv, arm)
+                    env = cfg.arm(arm).env  # an arm's own environment: checked in it
+                    self._check_one(
+                        cfg, cell, env.command(argv, isolated_env(os.environ)) if env else argv, arm
+                    )
 
     def _check_config(self, cell: Cell, tmp: Path) -> Path:
         if not cell.prepared:
@@ -320,6 +326,9 @@ class SpecForgeCliPlug:
             liger={"enabled": run.spec.liger, "version": facts.get("liger_kernel")},
             draft_module_types=module_types if isinstance(module_types, list) else None,
             set_resolved=resolved if isinstance(resolved, dict) else None,
+            code=census.get("code")
+            if isinstance(census, dict) and isinstance(census.get("code"), dict)
+            else None,
             startup_s=startup,
             startup={"imports_preloaded": warm},
             exit_s=exit_doc.get("exit_after_last_step_s"),
