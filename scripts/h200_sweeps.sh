@@ -74,6 +74,8 @@
 #             checkout of it with a one-line change (sfcheckout), in lockstep pairs
 #   sfliger06 `bench ab ... --baseline-arm liger --arm liger064:path=/tmp/liger06,differs=liger-kernel --pairs 3`:
 #             liger-kernel 0.6.4 (.whl/liger06/, installed with --target) against 0.8.5, both with Liger on
+#   ligerours configs/h200-liger-versions.yaml: the same two liger-kernel releases under our own trainer
+#             (the 4B cell, sequential pairs)
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
@@ -106,7 +108,7 @@ export PYTHONPATH=/tmp/site
 [ -f .gpu/commit ] && export BENCH_GIT_COMMIT=$(cat .gpu/commit)
 W=/tmp/w
 if [ ! -d $W ] && [ -f .gpu/state.tgz ]; then mkdir -p $W && tar -xzf .gpu/state.tgz -C $W && echo "restored $W from .gpu/state.tgz"; fi
-DIRS="h200 h200-specforge-versions-pr h200-specforge-versions-liger h200-specforge-ab-default h200-specforge-ab-default2 h200-specforge-ab-seq13 h200-specforge-memory-lockstep h200-specforge-memory-sequential h200-specforge-ab-lockstep h200-specforge-ab-sequential h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
+DIRS="h200 h200-liger-versions h200-specforge-versions-pr h200-specforge-versions-liger h200-specforge-ab-default h200-specforge-ab-default2 h200-specforge-ab-seq13 h200-specforge-memory-lockstep h200-specforge-memory-sequential h200-specforge-ab-lockstep h200-specforge-ab-sequential h200-specforge-userarm h200-specforge-ab-userarm h200-parity h200-specforge-parity h200-specforge h200-specforge-fork h200-specforge-ab h200-specforge-faults h200-specforge-diag h200-specforge-diag-fork h200-specforge-verdict h200-specforge-verdict-gcfreeze h200-specforge-blocks h200-specforge-verdict-learn h200-specforge-verdict-quiet h200-specforge-verdict-lockstep h200-specforge-verdict-lockstep-gcfreeze h200-specforge-verdict-precise h200-specforge-verdict-primed h200-specforge-threads h200-specforge-pause h200-specforge-parity-4b h200-specforge-parity-4b-200 h200-parity-control h200-parity-unbiased h200-noise h200-capacity h200-capacity-seq h200-arms h200-options h200-compile h200-compile-parity h200-options-kernels h200-kernels h200x2-scaling h200x2-2node h200x8"
 for d in $DIRS; do mkdir -p $W/$d; done
 mkdir -p $W/h200/cache
 for d in $DIRS; do [ $d = h200 ] || [ -e $W/$d/cache ] || ln -s $W/h200/cache $W/$d/cache; done
@@ -238,6 +240,9 @@ for spec in $stages; do
         --target /tmp/liger06 .whl/liger06/*.whl; } && run_stage h200-specforge-versions-liger python3 -m bench ab \
         --trainer specforge-cli -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --baseline-arm liger \
         --arm liger064:path=/tmp/liger06,differs=liger-kernel --pairs 3 --out $W/h200-specforge-versions-liger --resume ;;
+    ligerours) { [ -d /tmp/liger06 ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+        --target /tmp/liger06 .whl/liger06/*.whl; } && run_stage h200-liger-versions python3 -m bench sweep \
+        configs/h200-liger-versions.yaml --out $W/h200-liger-versions --resume ;;
     sfpause) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-pause python3 -m bench sweep configs/h200-specforge-pause.yaml --out $W/h200-specforge-pause --resume ;;
     sfparity200) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
