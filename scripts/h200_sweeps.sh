@@ -74,8 +74,8 @@
 #             checkout of it with a one-line change (sfcheckout), in lockstep pairs
 #   sfliger06 `bench ab ... --baseline-arm liger --arm liger064:path=/tmp/liger06,differs=liger-kernel --pairs 3`:
 #             liger-kernel 0.6.4 (.whl/liger06/, installed with --target) against 0.8.5, both with Liger on
-#   ligerours configs/h200-liger-versions.yaml: the same two liger-kernel releases under our own trainer
-#             (the 4B cell, sequential pairs)
+#   ligerours configs/h200-liger-versions.yaml: liger-kernel 0.6.5 (.whl/liger065/) against 0.8.5 under our
+#             own trainer (the 4B cell, sequential pairs; 0.6.4 imports transformers' HybridCache, gone in 5.x)
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
@@ -240,8 +240,8 @@ for spec in $stages; do
         --target /tmp/liger06 .whl/liger06/*.whl; } && run_stage h200-specforge-versions-liger python3 -m bench ab \
         --trainer specforge-cli -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --baseline-arm liger \
         --arm liger064:path=/tmp/liger06,differs=liger-kernel --pairs 3 --out $W/h200-specforge-versions-liger --resume ;;
-    ligerours) { [ -d /tmp/liger06 ] || python3 -m pip install -q --no-index --no-deps --no-compile \
-        --target /tmp/liger06 .whl/liger06/*.whl; } && run_stage h200-liger-versions python3 -m bench sweep \
+    ligerours) { [ -d /tmp/liger065 ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+        --target /tmp/liger065 .whl/liger065/*.whl; } && run_stage h200-liger-versions python3 -m bench sweep \
         configs/h200-liger-versions.yaml --out $W/h200-liger-versions --resume ;;
     sfpause) sfenv && SPECFORGE_PYTHON=/tmp/sfenv/python \
         run_stage h200-specforge-pause python3 -m bench sweep configs/h200-specforge-pause.yaml --out $W/h200-specforge-pause --resume ;;
