@@ -162,9 +162,16 @@ def _load_patch_fn():
     try:
         from liger_kernel.transformers import apply_liger_kernel_to_qwen3
     except ImportError as e:
+        hint = _install_hint()
+        if (e.name or "").split(".")[
+            0
+        ] == "transformers":  # e.g. 0.6.4 imports HybridCache, gone in transformers 5
+            import transformers
+
+            hint = f"this liger-kernel was not built for transformers {transformers.__version__}: pick a release that is"
         raise ConfigError(
             f"model.use_liger_kernel: cannot import apply_liger_kernel_to_qwen3 from liger-kernel "
-            f"{version} ({e}); {_install_hint()}"
+            f"{version} ({e}); {hint}"
         ) from None
     return apply_liger_kernel_to_qwen3
 

@@ -134,6 +134,28 @@ def test_broken_liger_import_is_a_clear_error(monkeypatch):
             pass
 
 
+def test_a_liger_built_for_another_transformers_says_so(monkeypatch):
+    """liger-kernel 0.6.4 under transformers 5.x (seen on the H100, results/h100-liger-versions):
+    its Qwen3 entry point imports a name transformers no longer has; installing liger-kernel again
+    would not help, so the error does not say to."""
+    import transformers
+
+    class OldLiger(types.ModuleType):
+        def __getattr__(self, name):
+            raise ImportError(
+                "cannot import name 'HybridCache' from 'transformers.cache_utils'",
+                name="transformers.cache_utils",
+            )
+
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", OldLiger("liger_kernel.transformers"))
+    with pytest.raises(ConfigError) as e:
+        with liger.liger_patch(True):
+            pass
+    assert "HybridCache" in str(e.value)
+    assert f"not built for transformers {transformers.__version__}" in str(e.value)
+    assert "pip install" not in str(e.value)
+
+
 def test_fused_linear_ce_checks_name_their_key(monkeypatch):
     monkeypatch.setattr(liger, "liger_version", lambda: None)
     with pytest.raises(ConfigError, match=r"^model\.liger_fused_linear_ce: liger-kernel is not installed"):

@@ -170,3 +170,63 @@ def test_versions_that_differ_undeclared_are_refused_unless_the_sweep_allows_the
     refused(tmp_path, arm, "its environment has liger-kernel 0.0.1 (baseline: liger-kernel")
     r = bench("sweep", str(sweep_yaml(tmp_path, arm, version_drift="allow")), "--dry-run")
     assert r.returncode == 0 and "also liger-kernel 0.0.1" in r.stdout, r.stdout + r.stderr
+
+
+def old_liger(root: Path) -> Path:
+    """A folder that imports as liger-kernel 0.6.4 does under transformers 5 (seen on the H100,
+    results/h100-liger-versions): the package and its module classes import, its Qwen3 entry point
+    does not (0.6.4's monkey_patch imports transformers' HybridCache, gone in transformers 5)."""
+    pkg = root / "liger_kernel" / "transformers"
+    pkg.mkdir(parents=True)
+    (root / "liger_kernel" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text(
+        "class LigerRMSNorm: ...\n"
+        "class LigerSwiGLUMLP: ...\n"
+        "def __getattr__(name):\n"
+        "    raise ImportError(\"cannot import name 'HybridCache' from 'transformers.cache_utils'\")\n"
+    )
+    meta = root / "liger_kernel-0.6.4.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: liger-kernel\nVersion: 0.6.4\n")
+    return root
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_liger_arm_whose_entry_point_cannot_import_is_refused_before_anything_runs(gpu, tmp_path):
+    """Our trainer's Liger arm in an environment whose liger-kernel cannot give
+    apply_liger_kernel_to_qwen3: every run of it would fail at its start (4 of 4 on the H100), so a
+    GPU sweep refuses it in one line first; a CPU sweep skips Liger arms and never asks."""
+    from bench.run.armenv import check_arm_envs
+    from bench.trainers import load_config, plugs_for
+
+    folder = old_liger(tmp_path / "liger064")
+    doc = {
+        "name": "liger-versions",
+        "hardware": ["h100", "h200"] if gpu else "cpu",
+        "baseline_arm": "liger",
+        "user_arms": {"liger064": {"doc": "x", "path": [str(folder)], "differs": ["liger-kernel"]}},
+        "arms": ["baseline", "liger064"],
+        "steps": 3,
+        "warmup_steps": 1,
+        "repeats": 1,
+        "cells": [
+            {"config": str(REPO / "configs/train/tiny-offline.yaml"), "batch_size": [2], "seq_len": [128]}
+        ],
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg = load_config(path)
+    plugs = plugs_for(cfg, {})
+    if not gpu:
+        (said,) = check_arm_envs(cfg, plugs)
+        assert said.startswith("arm liger064: liger-kernel 0.6.4 (baseline: liger-kernel ")
+        return
+    from bench.errors import SweepError
+
+    with pytest.raises(SweepError) as e:
+        check_arm_envs(cfg, plugs)
+    assert str(e.value) == (
+        f"{path}: user_arms.liger064: its environment cannot import "
+        "liger_kernel.transformers.apply_liger_kernel_to_qwen3 from liger-kernel 0.6.4 (ImportError: cannot "
+        "import name 'HybridCache' from 'transformers.cache_utils'); a Liger run would fail at its start"
+    )

@@ -26,8 +26,10 @@ CODEFACTS = Path(__file__).resolve().parent.parent / "trainers" / "specforge_cli
 PROBE_TIMEOUT_S = 120.0
 
 
-def _probe(python: str, env: ArmEnv | None, base_env: dict[str, str], where: str) -> dict[str, Any]:
-    argv = [python, str(CODEFACTS)]
+def _probe(
+    python: str, env: ArmEnv | None, base_env: dict[str, str], where: str, tries: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    argv = [python, str(CODEFACTS), *tries]
     argv = env.command(argv, base_env) if env is not None else argv
     try:
         r = subprocess.run(
@@ -68,6 +70,18 @@ def _trainer_problem(facts: dict, user_env: bool) -> str | None:
     return f"cannot import {' or '.join(lacks)} (our trainer needs them)" if lacks else None
 
 
+def _liger_problem(facts: dict) -> str | None:
+    """Why a Liger arm's environment cannot run Liger as the trainer does: the first of its entry
+    points that does not import there (liger-kernel 0.6.4's apply_liger_kernel_to_qwen3 under
+    transformers 5, say), with the version that failed."""
+    for target, error in (facts.get("imports") or {}).items():
+        if error:
+            version = ((facts.get("packages") or {}).get("liger-kernel") or {}).get("version")
+            lk = f"liger-kernel {version}" if version else "its liger-kernel"
+            return f"cannot import {target.replace(':', '.')} from {lk} ({error}); a Liger run would fail at its start"
+    return None
+
+
 def check_arm_envs(cfg: SweepConfig, plugs: dict) -> list[str]:
     """Refuse (SweepError, one line) an arm environment that cannot run its cells' trainer, or whose
     versions differ from the baseline's undeclared (unless version_drift: allow); the lines to say
@@ -86,8 +100,9 @@ def check_arm_envs(cfg: SweepConfig, plugs: dict) -> list[str]:
         ref = _probe(default, None, base_env, f"{cfg.path}: arms: {BASELINE}")
         for name, arm in arms.items():
             where = f"{cfg.path}: user_arms.{name}"
-            facts = _probe(arm.env.python or default, arm.env, base_env, where)
-            problem = _trainer_problem(facts, user_env)
+            tries = () if cfg.runs_on_cpu or not arm.liger else tuple(getattr(plug, "liger_imports", ()))
+            facts = _probe(arm.env.python or default, arm.env, base_env, where, tries)
+            problem = _trainer_problem(facts, user_env) or _liger_problem(facts)
             if problem:
                 raise SweepError(f"{where}: its environment {problem}")
             declared = arm.env.declared()

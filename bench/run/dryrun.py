@@ -3,6 +3,7 @@ nothing is written."""
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -72,7 +73,12 @@ def print_plan(cfg: SweepConfig, runs: list[Run], out_dir: Path, hardware_proble
         note = f"  [finished: {done.status}]" if done else ""
         print(f"[{run.order_index + 1:>3}/{len(runs)}] {run.run_id}{note}")
         argv = plugs[run.cell.trainer].train_command(cfg, run, rdir, cache_dir_for(out_dir, run.cell))
-        print(f"      {shlex.join(argv)}")
+        print(f"      {shlex.join(armed(run, argv))}")
+
+
+def armed(run: Run, argv: list[str]) -> list[str]:
+    """The command as the session starts it: under the arm's own variables and import path."""
+    return run.spec.env.command(argv, os.environ) if run.spec.env is not None else argv
 
 
 def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str | None) -> None:
@@ -97,4 +103,4 @@ def print_capacity_plan(cfg: SweepConfig, out_dir: Path, hardware_problem: str |
                 cfg, run, run_dir(out_dir, run), cache_dir_for(out_dir, pcell)
             )
             print(f"{sid} {arm}: first probe {cap.axis}={cap.start}")
-            print(f"      {shlex.join(argv)}")
+            print(f"      {shlex.join(armed(run, argv))}")

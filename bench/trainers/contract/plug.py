@@ -8,6 +8,7 @@ keys through which our trainer expresses the other arms."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -63,6 +64,8 @@ class ContractPlug:
     # what the warm fork server imports: ``imports`` (default: the module), plus on a GPU ``gpu_preload``
     imports: tuple[str, ...] = ()
     gpu_preload: tuple[str, ...] = ()
+    # what a Liger run imports from liger-kernel (MODULE:NAME), tried in an arm's own environment
+    liger_imports: tuple[str, ...] = ()
     name: str = NAME
 
     def missing_packages(self, cfg: SweepConfig) -> list[str]:
@@ -114,7 +117,10 @@ class ContractPlug:
         args = self.train_args(
             run, out_dir / "runs" / "check", cache_dir
         )  # train CONFIG ... --output-dir DIR
-        return [sys.executable, "-m", self.module, "check", *args[1:-2]]
+        env = run.spec.env  # an arm of its own environment: checked by the interpreter its runs start
+        argv = [env.python if env is not None and env.python else sys.executable, "-m", self.module, "check"]
+        argv += args[1:-2]
+        return env.command(argv, os.environ) if env is not None else argv
 
     # ------------------------------------------------------------ checks
 

@@ -28,6 +28,7 @@ EMBEDDED = EmbeddedPlug(
     packages=("torch", "transformers", "safetensors"),
     imports=("specforge.train",),  # the training module and its heavy imports
     gpu_preload=("liger_kernel.transformers", "torch._inductor.compile_fx"),
+    liger_imports=("liger_kernel.transformers:apply_liger_kernel_to_qwen3",),  # specforge/liger.py
 )
 
 

@@ -8,7 +8,8 @@ changes read apart); the interpreter; and the environment variables an arm decla
 Standard library only, nothing imported but metadata: it runs in the user's interpreter, loaded by
 path (instrument.py's ModuleCensus, inside each SpecForge run) or as a script
 (``python codefacts.py``: one JSON object on stdout, bench/run/armenv.py's check of an arm's
-environment before anything runs).
+environment before anything runs). As a script it also takes ``MODULE:NAME`` targets to import (what a
+Liger run will import, bench/run/armenv.py) and says for each the error, or None where it imports.
 """
 
 from __future__ import annotations
@@ -116,5 +117,22 @@ def collect() -> dict:
     }
 
 
+def tried(targets: list[str]) -> dict:
+    """``MODULE:NAME`` -> None where ``from MODULE import NAME`` works in this process, else the error
+    in one line (an entry point of a kernel library built for another transformers, say)."""
+    out = {}
+    for target in targets:
+        module, _, name = target.partition(":")
+        try:
+            getattr(__import__(module, fromlist=[name]), name)
+            out[target] = None
+        except Exception as e:  # noqa: BLE001 - any failure of a user's package is the answer
+            out[target] = " ".join(f"{type(e).__name__}: {e}".split())
+    return out
+
+
 if __name__ == "__main__":
-    print(json.dumps(collect()))
+    facts = collect()
+    if sys.argv[1:]:
+        facts["imports"] = tried(sys.argv[1:])
+    print(json.dumps(facts))

@@ -91,6 +91,12 @@ class SpecForgeCliPlug:
     python: str | None = None
     facts: dict | None = None  # what the user's environment holds (which_specforge)
     _checked: set = field(default_factory=set)
+    # what SpecForge's Liger path imports (specforge/modeling/draft/dflash_kernels.py, 0.2.0), tried in
+    # an arm's own environment before anything runs
+    liger_imports: tuple[str, ...] = (
+        "liger_kernel.transformers:LigerRMSNorm",
+        "liger_kernel.transformers:LigerSwiGLUMLP",
+    )
 
     # ------------------------------------------------------------ the user's environment
 
