@@ -87,7 +87,7 @@ SPECFORGE_STAMP = $(SPECFORGE_VENV)/.installed-specforge-$(SPECFORGE_VERSION)
 # later change moved, `make republish SWEEP=results/<name>` rebuilds one on purpose, and `make raw
 # SWEEP=results/<name>` unpacks its raw records (runs/, ...) to look at them or rebuild by hand.
 SWEEP ?=
-.PHONY: golden raw verify-results republish install light-install test test-fast lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
+.PHONY: golden raw verify-results republish history install light-install test test-fast lint format bench bench-cpu bench-a100 bench-h200 bench-mi355x compare clean-venv specforge-env parity-cpu parity-h200 parity-specforge-cpu parity-specforge-h200
 
 # The training side: the `train` extra (torch, transformers, safetensors) and EXTRAS.
 install: $(STAMP)
@@ -192,6 +192,10 @@ export A B OUT FAIL_IF_SLOWER FAIL_IF_GAIN_DROPS FORMAT
 compare: $(COMPARE_INSTALL)
 	@test -n "$$A" -a -n "$$B" || { echo "usage: make compare A=path/to/summary.csv B=path/to/summary.csv [OUT=dir] [FAIL_IF_SLOWER=PCT] [FAIL_IF_GAIN_DROPS=POINTS] [FORMAT=md|json]" >&2; exit 2; }
 	$(PYTHON) -m bench compare "$$A" "$$B" $(if $(OUT),--out "$$OUT") $(if $(FAIL_IF_SLOWER),--fail-if-slower "$$FAIL_IF_SLOWER") $(if $(FAIL_IF_GAIN_DROPS),--fail-if-gain-drops "$$FAIL_IF_GAIN_DROPS") $(if $(FORMAT),--format "$$FORMAT")
+
+# The gain over time of the committed sweeps (docs/history/, linked from the README); light install.
+history: $(COMPARE_INSTALL)
+	$(PYTHON) -m bench history results/h200* results/h100* --arm liger --out docs/history
 
 clean-venv:
 	rm -rf $(VENV) $(SPECFORGE_VENV)

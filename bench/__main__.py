@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench sweep|capacity|submit|status|ab|report|compare|kernels|detect``
+"""Command line: ``python -m bench sweep|capacity|submit|status|ab|report|compare|history|kernels|detect``
 (the ``bench`` console script: ``entry``), and ``--version``. A sweep config may be named by the
 name of one the suite ships (``bench sweep cpu``: bench.distribution).
 
@@ -36,6 +36,17 @@ RETRY_HELP = (
     "resume, and first re-run whole every round (one run of each arm of a cell, back to back) that holds "
     "a run which ended in error, timeout or oom; skipped runs and other rounds' ok runs stay"
 )
+
+
+def add_history_parser(sub) -> None:
+    """`bench history DIR... [--arm NAME] [--format text|md|json] [--out DIR]` (bench/results/history*.py)."""
+    p = sub.add_parser(
+        "history", help="the gain over time: every sweep's cells and arms, by workload identity"
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep directories, or folders of them (results/)")
+    p.add_argument("--arm", action="append", help="only this arm (repeatable; default: every arm)")
+    p.add_argument("--format", choices=["text", "md", "json"], default="text", help="what stdout gets")
+    p.add_argument("--out", help="write history.md, history.json and a trend plot per series here")
 
 
 def add_compare_parser(sub) -> None:
@@ -120,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(sub)
     add_ab_parser(sub)
     add_raw_parser(sub)
+    add_history_parser(sub)
 
     p = sub.add_parser(
         "kernels",
@@ -304,6 +316,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str] | None) -> int:
         from bench.run.sweepdir import git_commit
 
         return run_raw(args.action, args.dirs, git_commit)
+    if args.command == "history":
+        from bench.results.history_format import run_history
+
+        return run_history(args)
     if args.command == "compare":
         from bench.results.compare import run_compare
 

@@ -194,6 +194,16 @@ def test_an_installed_copy_without_torch_reports_and_compares(installed, tmp_pat
     assert "gate: passed (4 rows within -2%)" in r.stdout
     assert (out / "compare.csv").is_file() and (out / "compare.png").stat().st_size > 0
 
+    hist = tmp_path / "hist"  # the history of committed sweeps, drawn, on the light install
+    r = run(bench, "history", *(str(REPO / "results" / n) for n in ("h200", "h200-options")), "--out", str(hist),
+            cwd=tmp_path, env={"BENCH_NO_PLOTS": "0"})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (
+        "h200-options" in r.stdout
+        and "h200 " in r.stdout
+        and len(list(hist.glob("history_liger_*.png"))) == 1
+    )
+
 
 def test_version_from_a_checkout_is_its_pyproject_and_names_the_checkout():
     r = run_cli("bench", "--version")
