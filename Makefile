@@ -119,7 +119,14 @@ TEST_WORKERS ?= 2
 # -p no:benchmark: a pytest-benchmark of the system's Python, seen through --system-site-packages,
 # warns on every run under xdist; the tests use none of it.
 PYTEST = $(PYTHON) -m pytest -q -p no:benchmark
-test: $(INSTALL)
+# `make test` also installs the trackers extra and TensorBoard's reader (tests/test_export.py writes
+# each tracker's files and reads them back with its own reader): ~190 MB, kept out of `make install`.
+TRACKERS_STAMP = $(VENV)/.installed-trackers
+$(TRACKERS_STAMP): pyproject.toml
+	@$(BIN)/pip install -q -e '.[trackers]' 'tensorboard>=2.15' $(LOGGED)
+	@touch $@
+
+test: $(INSTALL) $(if $(INSTALL),$(TRACKERS_STAMP))
 	$(PYTEST) $$($(PYTHON) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_WORKERS) --dist worksteal") tests
 
 # The edit loop: everything but the end-to-end runs marked slow (pyproject.toml's markers).

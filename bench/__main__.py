@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench sweep|capacity|submit|status|ab|report|compare|history|kernels|detect``
+"""Command line: ``python -m bench sweep|capacity|submit|status|ab|report|compare|history|export|kernels|detect``
 (the ``bench`` console script: ``entry``), and ``--version``. A sweep config may be named by the
 name of one the suite ships (``bench sweep cpu``: bench.distribution).
 
@@ -47,6 +47,23 @@ def add_history_parser(sub) -> None:
     p.add_argument("--arm", action="append", help="only this arm (repeatable; default: every arm)")
     p.add_argument("--format", choices=["text", "md", "json"], default="text", help="what stdout gets")
     p.add_argument("--out", help="write history.md, history.json and a trend plot per series here")
+
+
+def add_export_parser(sub) -> None:
+    """`bench export DIR --to tensorboard|mlflow|wandb [--out DIR]` (bench/results/export.py)."""
+    p = sub.add_parser(
+        "export",
+        help="write a sweep's runs and verdicts to TensorBoard, MLflow or W&B (offline/local unless "
+        "your tracker's configuration says otherwise; needs the trackers extra: pip install "
+        "'dflash-liger-bench[trackers]')",
+    )
+    p.add_argument("dir", help="sweep output directory (reported: holds runs/ and summary.csv)")
+    p.add_argument("--to", required=True, metavar="TRACKER", help="tensorboard, mlflow or wandb")
+    p.add_argument(
+        "--out",
+        help="where the tracker's files go (default: DIR/tracker/tensorboard, DIR/tracker/mlruns or "
+        "DIR/tracker/wandb; for mlflow without --out, MLFLOW_TRACKING_URI when set); must be empty",
+    )
 
 
 def add_compare_parser(sub) -> None:
@@ -131,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(sub)
     add_ab_parser(sub)
     add_raw_parser(sub)
+    add_export_parser(sub)
     add_history_parser(sub)
 
     p = sub.add_parser(
@@ -316,6 +334,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str] | None) -> int:
         from bench.run.sweepdir import git_commit
 
         return run_raw(args.action, args.dirs, git_commit)
+    if args.command == "export":
+        from bench.results.export import run_export
+
+        return run_export(args)
     if args.command == "history":
         from bench.results.history_format import run_history
 

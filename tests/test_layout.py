@@ -294,7 +294,10 @@ OTHER_OBJECTS: dict[tuple[str, str], tuple[set[str], str]] = {
         {"status", "reason"},
         "one node's VRAM summary (vram_node_<n>.json)",
     ),
-    ("bench/results/history.py", "doc"): ({"sweep"}, "a sweep's summary.json (bench/results/summary_json.py)"),
+    ("bench/results/history.py", "doc"): (
+        {"sweep"},
+        "a sweep's summary.json (bench/results/summary_json.py)",
+    ),
     ("bench/run/ab.py", "doc"): ({"trainer", "precision"}, "the sweep config `bench ab` writes (ab.yaml)"),
     ("bench/run/ab.py", "cell"): ({"set"}, "that sweep config's cells entry"),
     ("bench/trainers/specforge_cli/instrument.py", "doc"): (

@@ -106,10 +106,12 @@ def pip_rocm_amdsmi(v: str, root) -> str:
 
 
 def test_bench_cpu_and_test_install_then_run(venv):
-    for target, last in (
+    for target, *last in (
         ("bench-cpu", f"{venv}/bin/python -m bench sweep configs/cpu.yaml --resume"),
         (
             "test",
+            f"{venv}/bin/pip install -q -e '.[trackers]' 'tensorboard>=2.15'" + logged(venv),
+            f"touch {venv}/.installed-trackers",
             f"{venv}/bin/python -m pytest -q -p no:benchmark $({venv}/bin/python -c 'import xdist' 2>/dev/null && echo \"-n 2 --dist worksteal\") tests",
         ),
         (
@@ -117,7 +119,7 @@ def test_bench_cpu_and_test_install_then_run(venv):
             f"config=$({venv}/bin/python -m bench detect) && {venv}/bin/python -m bench sweep $config --resume",
         ),
     ):
-        assert make(target, f"VENV={venv}", "GPU_STACK=nvidia") == [*nvidia_install(venv), last]
+        assert make(target, f"VENV={venv}", "GPU_STACK=nvidia") == [*nvidia_install(venv), *last]
 
 
 @pytest.mark.parametrize("target", ["bench-a100", "bench-h200"])
