@@ -139,3 +139,49 @@ def test_a_folder_that_is_not_a_sweep_beside_sweeps_is_skipped_and_named(history
     assert rc == 0 and "kept apart" in out
     why = "not a sweep directory (no summary.csv in it or in its subfolders)"
     assert err.splitlines() == [f"skipped {history / 'kernels'}: {why}"]
+
+
+def _head() -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_sweeps_of_one_commit_are_ordered_by_their_own_date_not_their_name(tmp_path, capsys):
+    """Two sweeps at one commit share its date: the one created first comes first ("a" was made later)."""
+    head = _head()
+    made(tmp_path / "a", "2026-12-02T17:28:00+00:00", head, "2.9.0")
+    made(tmp_path / "b", "2026-12-02T17:17:00+00:00", head, "2.9.0")
+    rc, out, _ = run(capsys, str(tmp_path), "--arm", "liger", "--format", "json")
+    assert rc == 0
+    (series,) = json.loads(out)["series"]
+    assert [Path(p["sweep"]).name for p in series["points"]] == ["b", "a"]
+    assert {p["date_source"] for p in series["points"]} == {"commit"}
+
+
+@pytest.mark.parametrize("torn", ['{"sweep": ', "[1, 2]", '{"sweep": "x"}'])
+def test_a_torn_summary_json_is_no_traceback(tmp_path, capsys, torn):
+    """summary.json only dates the sweep; torn or not an object, the sweep has no date of its own."""
+    made(tmp_path / "s", "2026-12-01T10:00:00+00:00", "aaaaaaaaaaaa", "2.9.0")
+    (tmp_path / "s" / "summary.json").write_text(torn)
+    rc, out, _ = run(capsys, str(tmp_path / "s"), "--arm", "liger", "--format", "json")
+    assert rc == 0
+    (point,) = json.loads(out)["series"][0]["points"]
+    assert (point["date"], point["date_source"]) == ("", "run")
+
+
+def test_a_summary_without_a_key_column_is_skipped_beside_others_and_refused_alone(history, capsys):
+    """An older summary.csv (no workload_digest) cannot be keyed: skipped with its reason beside other
+    sweeps; alone, nothing is left to read: one line, exit 2."""
+    import pandas as pd
+
+    old = history / "a" / "summary.csv"
+    pd.read_csv(old).drop(columns=["workload_digest"]).to_csv(old, index=False)
+    why = f"{old}: lacks workload_digest; not a summary bench report wrote"
+    rc, out, err = run(capsys, str(history / "a"), str(history / "b"), "--format", "json")
+    assert rc == 0 and err.splitlines() == [f"skipped {why}"]
+    assert {Path(p["sweep"]).name for s in json.loads(out)["series"] for p in s["points"]} == {"b"}
+    rc, out, err = run(capsys, str(history / "a"))
+    assert rc == 2 and out == "" and err.splitlines() == [f"error: {why}; no sweep left to read"]

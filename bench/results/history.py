@@ -55,6 +55,7 @@ class Point:
     loss_parity: str
     versions: dict[str, str] = field(default_factory=dict)
     change: str | None = None  # set on the point after a step change: what changed
+    created: str = ""  # the sweep's own date: orders the sweeps of one commit
 
     @property
     def has_ci(self) -> bool:
@@ -142,8 +143,9 @@ def read_sweep(d: Path, dates: dict[str, str | None]) -> list[tuple[tuple, Point
     missing = [c for c in (*KEY, "cell_id", "delta_samples_per_s_pct") if c not in table.columns]
     if missing:
         raise SweepError(f"{d / SUMMARY}: lacks {', '.join(missing)}; not a summary bench report wrote")
-    doc = read_json(d / "summary.json") if (d / "summary.json").is_file() else {}
-    created = _text((doc.get("sweep") or {}).get("created"))
+    doc = read_json(d / "summary.json")  # None when missing, torn or not JSON
+    sweep = doc.get("sweep") if isinstance(doc, dict) else None
+    created = _text(sweep.get("created")) if isinstance(sweep, dict) else ""
     out = []
     for row in table.to_dict("records"):
         commit = _text(row.get("git_commit"))
@@ -165,6 +167,7 @@ def read_sweep(d: Path, dates: dict[str, str | None]) -> list[tuple[tuple, Point
             verdict=_text(row.get("verdict_speed")),
             loss_parity=_text(row.get("loss_parity")),
             versions={name: _text(row.get(col)) for col, name in VERSIONS.items() if _text(row.get(col))},
+            created=created,
         )
         out.append((tuple(_key_text(row.get(k)) for k in KEY), point))
     return out
@@ -202,6 +205,8 @@ def _apart(key: tuple, keys: list[tuple], cells: dict[tuple, str]) -> str:
         return (
             f"another workload (digest {digest}) than cell {cells[key]}'s other sweeps ({', '.join(others)})"
         )
+    if not digest:
+        return "its summary records no workload digest (an arm that never ran?): nothing to compare it with"
     return f"the only sweep of this workload on {gpu or 'an unnamed GPU'}"
 
 
@@ -212,13 +217,21 @@ def build(paths: list[str]) -> tuple[list[Series], list[str]]:
     grouped: dict[tuple, list[Point]] = {}
     dirs, skipped = sweep_dirs(paths)
     for d in dirs:
-        for key, point in read_sweep(d, dates):
+        try:
+            rows = read_sweep(d, dates)
+        except SweepError as e:  # an older or damaged summary.csv: this sweep is skipped, said why
+            skipped.append(str(e))
+            continue
+        for key, point in rows:
             grouped.setdefault(key, []).append(point)
+    if not grouped:
+        why = skipped[0] if skipped else "the summaries given hold no row"
+        raise SweepError(f"{why}; no sweep left to read")
     keys = list(grouped)
     cells = {k: grouped[k][0].cell_id for k in keys}
     series = []
     for key, points in grouped.items():
-        points.sort(key=lambda p: (p.date, p.sweep))
+        points.sort(key=lambda p: (p.date, p.created, p.sweep))
         s = Series(*key, points=points)
         if len(points) == 1:
             s.apart = _apart(key, keys, cells)
