@@ -163,9 +163,9 @@ def _load_patch_fn():
         from liger_kernel.transformers import apply_liger_kernel_to_qwen3
     except ImportError as e:
         hint = _install_hint()
-        if (e.name or "").split(".")[
-            0
-        ] == "transformers":  # e.g. 0.6.4 imports HybridCache, gone in transformers 5
+        # a release built for another transformers (0.6.4 imports HybridCache, gone in transformers 5):
+        # installing liger-kernel again would not help
+        if (e.name or "").partition(".")[0] == "transformers":
             import transformers
 
             hint = f"this liger-kernel was not built for transformers {transformers.__version__}: pick a release that is"
