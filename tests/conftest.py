@@ -18,6 +18,13 @@ PLOTS_ON = {"BENCH_NO_PLOTS": "0"}
 # are cores oversubscribe the machine (two CPU parity sweeps side by side: 71 s with the default,
 # 20 s with one thread each, on the 2-core machine). A value set outside is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Python's bytecode as installed: where the environment says PYTHONDONTWRITEBYTECODE (these CPU
+# machines do), every sweep a test starts would give its runs a fresh bytecode cache of its own
+# (bench/run/execute.py: bytecode_dir, right for an H200 whose torch ships no .pyc) and the first
+# run of each sweep would compile torch and transformers from source again, ignoring the .pyc files
+# pip wrote: a real SpecForge run's start on the 2-core machine went from 5.0 s to 14.7 s. The tests
+# of that sharing set the variable themselves (tests/test_specforge_cli_probe.py).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_collection_modifyitems(items):

@@ -192,7 +192,7 @@ def test_pr_summary_is_the_seeds_table_and_delta_line():
     row = f"| liger | {n}/{n} | {r.samples_per_s_mean:.2f} | {r.s_per_step_mean:.3f} | {r.peak_vram_gib:.2f} | {ci} | pass ({n}/{n}) |"
     assert row in lines
     # each Δ with its verdict's words (summary.csv: faster, leaner), as the console and the PR paste read
-    head = f"liger vs baseline: {ci} throughput ({int(r.n_pairs)} pairs; faster), {r.delta_peak_vram_gib:+.2f} GiB ({r.delta_peak_vram_pct:+.1f}%) peak VRAM (leaner), "
+    head = f"liger vs baseline: {ci} throughput ({int(r.n_pairs)} pairs; faster), {r.delta_peak_vram_gib:+.2f} GiB [{r.delta_peak_vram_gib_ci95_low:+.2f}, {r.delta_peak_vram_gib_ci95_high:+.2f}] ({r.delta_peak_vram_pct:+.1f}%) peak VRAM (leaner), "
     energy = f"{r.delta_energy_per_sample_pct:+.1f}% [{r.delta_energy_per_sample_pct_ci95_low:+.1f}, {r.delta_energy_per_sample_pct_ci95_high:+.1f}] energy/sample"
     coverage = f" (energy counter, {2 * n} of {2 * n} runs)"  # where the energies come from, and how many
     assert f"{head}{energy}{coverage}, loss parity pass ({n}/{n})." in lines

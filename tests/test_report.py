@@ -149,7 +149,7 @@ def test_report_md_reads_like_the_seeds(sweep, plots_on):
     assert "first 3 dropped as warm-up" in md and "every 100 ms" in md and "order seed 7" in md
     # baseline 4 samples / 0.4 s = 10.00/s; liger 12.50/s, +25.0%, 5 GiB leaner (-14.3%)
     assert "| 10.00 | 0.400 | 35.00 | 3.00 | 6.2000 |" in md
-    assert "+25.0% [+25.0, +25.0]" in md and "-5.00 GiB (-14.3%)" in md
+    assert "+25.0% [+25.0, +25.0]" in md and "-5.00 GiB [-5.00, -5.00] (-14.3%)" in md
     assert "speed: too few pairs (2): +25.0%, +25.0%; memory: too few pairs (2): -5.00 GiB, -5.00 GiB" in md
     assert SKIP_REASON in md and "hung \\| killed" in md  # reasons shown, pipes escaped
     assert "## Loss parity" in md and "pass" in md

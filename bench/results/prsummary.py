@@ -40,9 +40,9 @@ def _cells(summary: pd.DataFrame) -> list[pd.DataFrame]:
 def _vram(r: Any) -> str:
     if fmt.isnan(r.delta_peak_vram_gib):
         return "peak VRAM n/a (no VRAM data)"
+    # the interval even where it has no width (the same peak in every pair), as for throughput: it
+    # says the pairs agreed, where a bare point would not say whether there was a CI at all
     lo, hi = r.delta_peak_vram_gib_ci95_low, r.delta_peak_vram_gib_ci95_high
-    if fmt.f(lo, "+.2f") == fmt.f(hi, "+.2f"):  # the same peak in every pair: no interval to show
-        lo = hi = float("nan")
     ci = delta_text(r.delta_peak_vram_gib, lo, hi, "+.2f", " GiB")
     pct = "" if fmt.isnan(r.delta_peak_vram_pct) else f" ({fmt.f(r.delta_peak_vram_pct, '+.1f')}%)"
     verdict = getattr(r, "verdict_memory", None)
