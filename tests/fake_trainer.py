@@ -32,6 +32,8 @@ and from the environment (so that one sweep of a config can differ from another)
                              (exit 1): a transient failure that the next sweep need not repeat
     FAKE_ENOSPC_RUNS=a,b     runs whose output directory is named a or b fail as on a full disk
                              (OSError ENOSPC, exit 1) before step 1
+    fake.record_effect=false record nothing of what the run trained (no draft_module_types, no
+                             set_resolved): a trainer that does not say whether an arm took effect
     FAKE_RECORD_ENV=A,B      record these environment variables' values in run.json's "env" (what
                              reached the trainer: a Slurm step's setup exports, srun --export)
 The loss depends only on the step and the seed, so both arms agree (loss parity).
@@ -149,7 +151,20 @@ def _block_after_runs(out: Path) -> None:
             time.sleep(0.05 if gate else 3600)
 
 
-def train(cfg: dict, out: Path, liger: bool) -> int:
+def _effect(cfg: dict, liger: bool, sets: dict) -> dict:
+    """What our trainer records of what it trained (run.json): the draft's module classes (Liger's
+    RMSNorm and SwiGLU where the Liger switch is on and the kernel is not turned off) and the value
+    each key set on the command line resolved to (the fake takes every key as given)."""
+    if (cfg.get("fake") or {}).get("record_effect") is False:
+        return {}
+    rms = liger and _get(cfg, "model.liger_rms_norm", True) is not False
+    swiglu = liger and _get(cfg, "model.liger_swiglu", True) is not False
+    types = ["Draft", "LigerRMSNorm" if rms else "Qwen3RMSNorm", "LigerSwiGLUMLP" if swiglu else "Qwen3MLP"]
+    resolved = {k: {"config": v} for k, v in sets.items() if not k.startswith("fake.")}
+    return {"draft_module_types": sorted(types), "set_resolved": resolved}
+
+
+def train(cfg: dict, out: Path, liger: bool, sets: dict | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     steps = int(_get(cfg, "training.steps", 10))
@@ -174,6 +189,7 @@ def train(cfg: dict, out: Path, liger: bool) -> int:
         "liger": {"enabled": liger, "scope": "draft", "version": None},
         "objective": "fake",
         "provenance": {"hostname": os.uname().nodename, "gpu_names": [], "gpu_count": 0},
+        **_effect(cfg, liger, sets or {}),
     }
     if os.environ.get("FAKE_RECORD_ENV"):
         run["env"] = {k: os.environ.get(k) for k in os.environ["FAKE_RECORD_ENV"].split(",")}
@@ -289,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "prepare":
         return prepare(cfg, Path(args.output_dir))
-    return train(cfg, Path(args.output_dir), args.use_liger_kernel)
+    return train(cfg, Path(args.output_dir), args.use_liger_kernel, _parse_sets(args.sets))
 
 
 if __name__ == "__main__":

@@ -45,3 +45,17 @@ def committed_sweep(name: str, dst: Path, sweep_json: bool = True) -> Path:
     from bench.results import rawdata
 
     return rawdata.unpacked_copy(REPO / "results" / name, dst, sweep_json)
+
+
+def census(arm: str) -> list[str]:
+    """The module classes a run of the built-in ``arm`` records of the draft it trained (run.json's
+    draft_module_types, as our trainer and the SpecForge CLI's wrapper write them): Liger's RMSNorm
+    and SwiGLU modules for the kernels the arm asks for, Qwen3's own for the rest. A synthetic run
+    with it reads "in effect"; without it, "not recorded" (no verdict)."""
+    from bench.arms import ARMS, KERNEL_MODULES
+
+    spec = ARMS.get(arm)
+    own = {"rmsnorm": "Qwen3RMSNorm", "swiglu": "Qwen3MLP"}
+    liger = spec is not None and spec.liger
+    held = [KERNEL_MODULES[k] if liger and k in spec.kernels else own[k] for k in KERNEL_MODULES]
+    return sorted(["Draft", *held])

@@ -21,6 +21,7 @@ from bench.results.columns import (
 from bench.results.parity import loss_parity_gaps, loss_parity_table
 from bench.results.records import load_runs
 from bench.results.tables import contrast_table, runs_table, summary_table, vram_per_card_table
+from tests.helpers import census
 
 CELL = "p_offline_bs2_s64"
 
@@ -60,6 +61,7 @@ def write_run(
     if status is not None:
         prov = {"hostname": "h", "gpu_names": [], "gpu_count": 0, "torch": "2.13.0", "git_commit": "abc"}
         run = {"status": status, "reason": reason, "arm": arm, "start_time": "t0", "end_time": "t1"}
+        run["draft_module_types"] = census(arm)  # the arm proven in effect, as a trainer records it
         (d / "run.json").write_text(json.dumps({**run, "provenance": prov}))
     if times is not None:
         n = len(times)
@@ -231,7 +233,7 @@ def runs_df(base: list[float], liger: list[float], base_vram=None, liger_vram=No
                     "batch_size": 2, "seq_len": 64, "gpus": 1, "arm": arm, "repeat": rep, "status": "ok",
                     "samples_per_s": v, "s_per_step_mean": 2 / v, "s_per_step_median": 2 / v,
                     "peak_vram_gib": vram[i] if vram else np.nan, "torch_peak_allocated_gib": 1.0,
-                    "hostname": "h", "git_commit": "abc",
+                    "hostname": "h", "git_commit": "abc", "arm_in_effect": "yes",
                 }
             )  # fmt: skip
     return pd.DataFrame(rows)

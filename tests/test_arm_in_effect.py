@@ -298,4 +298,38 @@ def test_the_report_lists_each_arm_what_it_changes_and_how_many_runs_show_it_in_
         "(training.attention_backend: sdpa in the config; M.attention_backend = sdpa) |",
         "| liger | Liger's RMSNorm and SwiGLU | no: no LigerRMSNorm in the model (1 of 1) |",
     ]
-    assert arms_section(runs.assign(arm_in_effect=None), sweep, records) == []  # nothing recorded: no section
+    # nothing recorded: the section says so per arm (before, it left the section out and the Δs
+    # read as verdicts on arms nobody saw take effect)
+    unrecorded = arms_section(runs.assign(arm_in_effect=None), sweep, records)
+    rows = [line for line in unrecorded if line.startswith("| ") and not line.startswith(("| arm", "|---"))]
+    assert unrecorded[0].startswith("**Arms.**") and len(rows) == len(set(runs["arm"]))
+    assert all(line.endswith("| not recorded |") for line in rows), rows
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["recorded", "fake.record_effect=false"])
+def test_a_trainer_that_records_nothing_of_its_arms_gets_its_delta_but_no_verdict(tmp_path, records):
+    """A real sweep of the fake trainer (the run contract, no model): where its runs record the model
+    classes and keys they trained, the A/A and adamw_plain rows are judged; where they record
+    nothing (a trainer plug that does not say), each row keeps its measured Δ, its verdict is
+    'effect not recorded' and runs.csv's arm_in_effect is blank (before: judged as in effect)."""
+    from bench.run.sweep import run_sweep
+    from tests.test_driver import sweep_file, train_configs
+
+    sets = {"fake.step_time_s": 0.1, "fake.step_sleep": 0.0}
+    if not records:
+        sets["fake.record_effect"] = False
+    cell = {"config": train_configs(tmp_path)["online"], "batch_size": 1, "seq_len": 32, "set": sets}
+    path = sweep_file(tmp_path, [cell], arms=["baseline", "adamw_plain"], repeats=3)
+    assert run_sweep(path, out=tmp_path / "out") == 0
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    row = pd.read_csv(tmp_path / "out" / "summary.csv").set_index("arm").loc["adamw_plain"]
+    assert row["delta_samples_per_s_pct"] == pytest.approx(0.0, abs=1e-6)  # 0.1 s a step in both arms
+    if records:
+        assert set(runs["arm_in_effect"]) == {"yes"}
+        assert row["verdict_speed"] == "within ±1%"
+    else:
+        assert runs["arm_in_effect"].isna().all()
+        assert row["verdict_speed"] == (
+            "effect not recorded (3 of 3 adamw_plain runs, 3 of 3 baseline runs recorded nothing of "
+            "whether the arm took effect; no verdict)"
+        )

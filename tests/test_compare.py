@@ -105,7 +105,7 @@ def _runs_csv(path: Path, values: dict[str, list[float]]) -> Path:
     rows = [
         {"run_id": f"c_{arm}_r{i}", "cell_id": "c", "profile": "m4b", "mode": "offline", "batch_size": 2,
          "seq_len": 2048, "gpus": 1, "arm": arm, "repeat": i, "status": "ok", "samples_per_s": v,
-         "s_per_step_mean": 8 / v, "peak_vram_gib": 30.0}
+         "s_per_step_mean": 8 / v, "peak_vram_gib": 30.0, "arm_in_effect": "yes"}
         for arm, vs in values.items() for i, v in enumerate(vs, 1)
     ]  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)

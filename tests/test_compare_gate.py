@@ -25,7 +25,8 @@ def sweep(path: Path, values: dict[str, list[float | None]], runs_csv: bool = Tr
     rows = [
         {"run_id": f"c_{arm}_r{i}", "cell_id": "c", "profile": "m4b", "mode": "offline", "batch_size": 2,
          "seq_len": 2048, "gpus": 1, "arm": arm, "repeat": i, "status": "ok" if v else "oom",
-         "samples_per_s": v, "s_per_step_mean": 2 / v if v else None, "peak_vram_gib": 30.0 if v else None}
+         "samples_per_s": v, "s_per_step_mean": 2 / v if v else None, "peak_vram_gib": 30.0 if v else None,
+         "arm_in_effect": "yes" if v else None}
         for arm, vs in values.items() for i, v in enumerate(vs, 1)
     ]  # fmt: skip
     path.mkdir(parents=True, exist_ok=True)

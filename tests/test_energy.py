@@ -22,6 +22,7 @@ from bench.results import stats
 from bench.results.records import load_runs
 from bench.results.sections import energy_section
 from bench.results.tables import runs_table, summary_table
+from tests.helpers import census
 from tests.test_vram import (
     AMDSMI_STATUS_NOT_SUPPORTED,
     BASELINE,
@@ -62,7 +63,7 @@ def write_run(sweep: Path, arm: str, repeat: int, rows: list[dict], vram_doc: di
             "batch_size": SAMPLES // gpus, "seq_len": 64, "accumulation_steps": 1, "num_anchors": 8, "gpus": gpus, "arm": arm, "repeat": repeat,
             "order_index": 2 * repeat + (arm != "baseline"), "steps": steps, "warmup_steps": 1}  # fmt: skip
     (d / "cell.json").write_text(json.dumps(cell))
-    (d / "run.json").write_text(json.dumps({"status": "ok", "arm": arm}))
+    (d / "run.json").write_text(json.dumps({"status": "ok", "arm": arm, "draft_module_types": census(arm)}))
     metrics = [
         {"step": i, "loss": 7.0, "step_time_s": step_s, "samples": SAMPLES, "time": T + i * step_s}
         for i in range(1, steps + 1)

@@ -18,7 +18,7 @@ from scipy import stats as sps
 
 from bench.__main__ import main
 from bench.results.report import build_report
-from tests.test_record_integrity import ARM_S, BASE_S, run_id, write_sweep
+from tests.test_record_integrity import ARM_S, BASE_S, delta_pct, run_id, write_sweep
 
 NAME = "p offline bs2 seq64 acc1 anchors8 gpus1 arm"  # the cell write_run writes
 STOCK = ["DFlashDraft", "Linear", "Qwen3MLP", "Qwen3RMSNorm"]  # the model classes a run records
@@ -39,11 +39,13 @@ def sweep(
     arm_set: dict | None = None,
     gone: tuple[str, ...] = (),
     skipped: bool = False,
+    resolved: bool = True,
 ) -> Path:
     """A reported sweep of 4 pairs (baseline, ``arm``): the arm's steady step time per round
     (``arm_s``, default ARM_S; the baseline's is BASE_S), the model classes each arm's runs
     recorded (``types``), a sweep's own arm's keys (``arm_set``, declared in sweep.json), run
-    directories removed (``gone``: planned, never ran) and the arm's runs skipped."""
+    directories removed (``gone``: planned, never ran) and the arm's runs skipped; ``resolved``
+    False: the runs of a sweep's own arm record nothing of what its keys resolved to."""
     write_sweep(path, arm, rounds=4)
     for d in (path / "runs").iterdir():
         given = json.loads((d / "cell.json").read_text())
@@ -58,6 +60,8 @@ def sweep(
         said = json.loads((d / "run.json").read_text())
         if types:
             said["draft_module_types"] = types[given["arm"]]
+        if mine and arm_set and resolved:  # what the trainer resolved the arm's keys to: as asked
+            said["set_resolved"] = {k: {"config": v} for k, v in arm_set.items()}
         if mine and skipped:
             said.update(status="skipped", reason="Liger's Triton kernels need a GPU")
             (d / "metrics.jsonl").unlink()
@@ -132,6 +136,43 @@ def test_a_summary_alone_whose_arm_was_not_in_effect_says_so(tmp_path, capsys):
     shutil.copy(stock / "summary.csv", alone / "summary.csv")
     _, out, _ = compare(capsys, landed / "summary.csv", alone / "summary.csv", "--fail-if-slower", "5")
     assert f"  not decided  {NAME} liger: arm not in effect in B ({OFF_LIGER})" in gate_lines(out)
+
+
+# --- 1b. an arm whose runs recorded nothing of it: a Δ, no verdict, never a gate's pass -------------
+
+UNRECORDED = "4 of 4 liger runs recorded nothing of whether the arm took effect; no verdict"
+
+
+def test_a_liger_arm_whose_runs_recorded_no_module_classes_gets_its_delta_but_no_verdict(tmp_path, capsys):
+    """Before, a Liger arm whose runs recorded nothing of the model they trained read 'faster' (a
+    verdict on kernels nobody saw land) and both gates passed it."""
+    unrecorded = sweep(tmp_path / "unrecorded", types={"baseline": STOCK, "liger": None})
+    landed = sweep(tmp_path / "landed", types={"baseline": STOCK, "liger": LIGER})
+    row = pd.read_csv(unrecorded / "summary.csv").set_index("arm").loc["liger"]
+    # the Δ is a measurement and stays: baseline 0.50 s a step, the arm 0.40-0.45 s (delta_pct's hand rule)
+    assert row["delta_samples_per_s_pct"] == pytest.approx(delta_pct([1, 2, 3, 4]), abs=0.01)
+    assert row["verdict_speed"] == f"effect not recorded ({UNRECORDED})"
+    assert "effect not recorded, no verdict" in (unrecorded / "report.md").read_text()
+    assert (
+        "| liger | " in (unrecorded / "report.md").read_text().split("**Arms.**")[1]
+    )  # the Arms table says so
+    for a, b, side in ((unrecorded, landed, "A"), (landed, unrecorded, "B")):
+        flags = ("--fail-if-slower", "5", "--fail-if-gain-drops", "5")
+        rc, out, _ = compare(capsys, a / "summary.csv", b / "summary.csv", *flags)
+        lines = gate_lines(out)
+        assert lines[1:] == [f"  not decided  {NAME} liger: effect not recorded in {side} ({UNRECORDED})"] * 2
+        assert rc == 2  # the gain gate has nothing else to decide
+
+
+def test_a_user_arm_whose_runs_recorded_nothing_of_its_keys_is_never_a_gates_pass(tmp_path, capsys):
+    a = sweep(tmp_path / "a", arm="eager", arm_set=SDPA, resolved=False)
+    b = sweep(tmp_path / "b", arm="eager", arm_set=SDPA, resolved=False)
+    verdict = pd.read_csv(a / "summary.csv").set_index("arm").loc["eager", "verdict_speed"]
+    assert verdict.startswith("effect not recorded (4 of 4 eager runs recorded nothing")
+    rc, out, _ = compare(capsys, a / "summary.csv", b / "summary.csv", "--fail-if-gain-drops", "5")
+    assert gate_lines(out) == [f"  not decided  {NAME} eager: effect not recorded in A and B (A: " + verdict[21:-1]
+                               + "; B: " + verdict[21:-1] + ")"]  # fmt: skip
+    assert rc == 2
 
 
 # --- 2. a sweep's own arm is held to the baseline of its cell -------------------------------------

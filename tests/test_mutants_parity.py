@@ -26,6 +26,7 @@ from bench.results.records import RunRecord, load_runs
 from bench.results.summary_json import summary_doc
 from bench.results.tables import runs_table, summary_table
 from bench.results.training_parity import judge, training_parity_table, window_of
+from tests.helpers import census
 
 STEPS = 60
 P = {**typed.defaults(ParityKeys), "window": 10}  # loss_atol 1e-3, accuracy_atol 5e-3, margin 2
@@ -244,7 +245,7 @@ def _write_run(sweep: Path, arm: str, repeat: int, times: list[float], warmup: i
             "accumulation_steps": 1, "num_anchors": 8, "gpus": 1, "nodes": 1, "arm": arm, "repeat": repeat,
             "order_index": 2 * repeat + (arm != "baseline"), "steps": len(times), "warmup_steps": warmup}  # fmt: skip
     (d / "cell.json").write_text(json.dumps(cell))
-    (d / "run.json").write_text(json.dumps({"status": "ok", "arm": arm}))
+    (d / "run.json").write_text(json.dumps({"status": "ok", "arm": arm, "draft_module_types": census(arm)}))
     ends = T0 + np.cumsum(times)
     metrics = [
         {

@@ -19,7 +19,7 @@ import pytest
 
 from bench.results.records import NOT_RUN_REASON
 from bench.results.report import build_report
-from tests.helpers import run_cli
+from tests.helpers import census, run_cli
 
 CELL = "p_offline_bs2_s64"
 STEPS, WARMUP = 6, 2
@@ -51,6 +51,7 @@ def write_run(sweep: Path, arm: str, repeat: int, step_s: float, rows: dict[int,
     }  # fmt: skip
     (d / "cell.json").write_text(json.dumps(cell))
     run = {"status": "ok", "reason": None, "arm": "liger" if arm == "liger" else "baseline"}
+    run["draft_module_types"] = census(arm)  # what the trainer records: the arm proven in effect
     (d / "run.json").write_text(json.dumps(run))
     lines = []
     for step in range(1, STEPS + 1):

@@ -17,6 +17,7 @@ from bench.results.report import (
     VRAM_PER_CARD_COLUMNS,
     build_report,
 )
+from tests.helpers import census
 
 GPU_CELL = "p_offline_bs2_s64"
 CPU_CELL = "p_online_bs1_s32"
@@ -40,6 +41,7 @@ def write_run(sweep: Path, cell_id: str, arm: str, repeat: int, step_time: float
             "torch": "2.13.0", "triton": "3.5", "transformers": "5.1", "liger_kernel": "0.6.2",
             "git_commit": "deadbee"}  # fmt: skip
     run = {"status": kw.get("status", "ok"), "reason": kw.get("reason"), "arm": arm, "provenance": prov}
+    run["draft_module_types"] = census(arm)  # the arm proven in effect, as a trainer records it
     (d / "run.json").write_text(json.dumps(run))
     if step_time is not None:
         rows = [

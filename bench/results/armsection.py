@@ -103,8 +103,10 @@ def _tally(ok: pd.DataFrame, arm: str) -> str:
 
 
 def arms_section(runs: pd.DataFrame, sweep: dict, records: list[RunRecord]) -> list[str]:
-    """The arms table, or nothing when no run recorded whether its arm took effect."""
-    if "arm_in_effect" not in runs or runs["arm_in_effect"].dropna().empty:
+    """The arms table: whether each arm took effect, or that its runs did not record it (whose Δ
+    then carries no verdict); nothing for a table without the column or a sweep of the baseline
+    alone."""
+    if "arm_in_effect" not in runs or set(runs["arm"].dropna()) <= {BASELINE}:
         return []
     ok = runs[runs["status"] == "ok"]
     user = _user_arms(sweep, records)
@@ -136,7 +138,8 @@ def arms_section(runs: pd.DataFrame, sweep: dict, records: list[RunRecord]) -> l
         "`LigerSwiGLUMLP`, none in the others) and what the trainer resolved each key the arm set to "
         "(an arm of the sweep's own, or the keys a built-in arm's intent became: runs.csv's "
         "`arm_in_effect`; a cell with a run not in effect gets no Δ; a run that recorded neither is "
-        "'not recorded', never in effect). An arm with an environment of its own (another interpreter, "
+        "'not recorded', never in effect: its Δ is shown with the verdict 'effect not recorded', and no "
+        "verdict or gate rests on it). An arm with an environment of its own (another interpreter, "
         "import path or variables) is in effect only where its runs imported other code than the "
         "baseline's for each package it declares (run.json's `code`, read inside each run)."
     )

@@ -25,7 +25,7 @@ from bench.results import gain, gate, parity_gate, stats
 from bench.results.columns import COMPARE_COLUMNS
 from bench.results.compare_format import label, render, write_outputs
 from bench.results.compare_inputs import KEY_COLUMNS, NUMERIC_KEYS, load_summary, per_run_values, row_key
-from bench.results.deltas import not_in_effect
+from bench.results.deltas import not_in_effect, not_proven
 from bench.results.verdicts import Speed, speed_kind
 
 __all__ = ["COMPARE_COLUMNS", "KEY_COLUMNS", "compare", "compare_tables", "run_compare"]
@@ -161,33 +161,48 @@ def compare_tables(a: pd.DataFrame, b: pd.DataFrame, equivalence_pct: float = 1.
     return out
 
 
-def _side_not_in_effect(side: pd.DataFrame) -> dict[tuple, str]:
-    """Per identity (row_key): why the side's arm was not in effect, in its report's words: its
-    summary's verdict "arm not in effect (...)" (which counts its baseline's runs too), else its ok
-    runs whose ``arm_in_effect`` says "no: ..."."""
+def _side_not_in_effect(side: pd.DataFrame) -> dict[tuple, tuple[str, str]]:
+    """Per identity (row_key): (the words, why) where the side's arm was not in effect, or not
+    proven in effect, in its report's words: its summary's verdict "arm not in effect (...)" /
+    "effect not recorded (...)" (which count its baseline's runs too), else its ok runs whose
+    ``arm_in_effect`` says "no: ..." or, for an arm that is not the baseline, nothing."""
     said: list[tuple[tuple, str | None]] = []
     runs = side.attrs.get("runs")
     if runs is not None and "arm_in_effect" in runs:
         keys = runs.apply(lambda r: row_key(r.to_dict()), axis=1)
         for key, rows in runs.groupby(keys, sort=False):  # the report's own rule, on one row's runs
-            said.append((key, not_in_effect(rows.iloc[:0], rows, key[KEY_COLUMNS.index("arm")])))
+            arm = key[KEY_COLUMNS.index("arm")]
+            none = rows.iloc[:0]
+            said.append(
+                (
+                    key,
+                    not_in_effect(none, rows, arm)
+                    or (not_proven(none, rows, arm) if arm != BASELINE else None),
+                )
+            )
     if "verdict_speed" in side:
         said += [(row_key(r), r.verdict_speed) for r in side.itertuples(index=False)]
+    held = (Speed.NOT_IN_EFFECT, Speed.NOT_PROVEN)
     return {
-        key: text.removeprefix(Speed.NOT_IN_EFFECT.value).strip(" ()")
+        key: (kind.value, text.removeprefix(kind.value).strip(" ()"))
         for key, text in said
-        if speed_kind(text) is Speed.NOT_IN_EFFECT
+        if (kind := speed_kind(text)) in held
     }
 
 
 def _not_in_effect(m: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame) -> list[str | None]:
-    """Per joined row: "arm not in effect in A (...)" (in B, in A and in B), or None."""
+    """Per joined row: "arm not in effect in A (...)" (in B, in A and in B; "effect not recorded"
+    where a side's runs recorded nothing of whether the arm took effect), or None."""
     said = {"A": _side_not_in_effect(a), "B": _side_not_in_effect(b)}
     out = []
     for r in m.itertuples():
         sides = [s for s in ("A", "B") if r.present in ("both", f"{s} only") and r.wkey in said[s]]
-        why = "; ".join(f"{s}: {said[s][r.wkey]}" if len(sides) > 1 else said[s][r.wkey] for s in sides)
-        out.append(f"{Speed.NOT_IN_EFFECT.value} in {' and '.join(sides)} ({why})" if sides else None)
+        if not sides:
+            out.append(None)
+            continue
+        words = said[sides[0]][r.wkey][0]
+        why = "; ".join(f"{s}: {said[s][r.wkey][1]}" if len(sides) > 1 else said[s][r.wkey][1] for s in sides)
+        out.append(f"{words} in {' and '.join(sides)} ({why})")
     return out
 
 

@@ -127,6 +127,23 @@ def not_in_effect(base_ok: pd.DataFrame, ok: pd.DataFrame, arm: str, ref: str = 
     return f"{Speed.NOT_IN_EFFECT.value} ({'; '.join(said)})" if said else None
 
 
+def not_proven(base_ok: pd.DataFrame, ok: pd.DataFrame, arm: str, ref: str = BASELINE) -> str | None:
+    """The verdict when no run says otherwise but a run of either arm recorded nothing of whether
+    its arm took effect (runs.csv's arm_in_effect blank: no module census, or keys set and nothing
+    of what the trainer resolved them to): its Δ is a measurement, but not of a proven arm, so no
+    verdict rests on it. None when every ok run said "yes", or the table has no such column (a
+    table of runs from before the record: nothing to hold it to)."""
+    said = []
+    for name, runs in ((arm, ok), (ref, base_ok)):
+        if "arm_in_effect" not in runs:
+            return None
+        blank = runs["arm_in_effect"].isna() | (runs["arm_in_effect"].astype(str).str.strip() == "")
+        if blank.any():
+            said.append(f"{int(blank.sum())} of {len(runs)} {name} runs")
+    what = "recorded nothing of whether the arm took effect; no verdict"
+    return f"{Speed.NOT_PROVEN.value} ({', '.join(said)} {what})" if said else None
+
+
 def delta_columns(
     base_ok: pd.DataFrame,
     ok: pd.DataFrame,
@@ -183,6 +200,12 @@ def delta_columns(
     if arm == AA and ref == BASELINE:  # the baseline against itself: a check, not a finding
         aa_target = target["ci_halfwidth_pct"] if target else equivalence_pct
         row["verdict_speed"] = aa_verdict(sps, min_pairs, aa_target, row["verdict_speed"])
+    else:  # the Δs stay (measured); the verdicts wait for runs that show the arm in effect
+        unproven = not_proven(base_ok, ok, arm, ref)
+        if unproven:
+            row["verdict_speed"] = unproven
+            if speed_kind(row.get("verdict_memory")) is not Speed.NOT_AVAILABLE:  # "no VRAM data" stays
+                row["verdict_memory"] = unproven
     return row
 
 

@@ -28,6 +28,7 @@ from bench.distribution import DIST
 from bench.errors import SweepError
 from bench.fileio import read_json
 from bench.results.columns import CELL_COLUMNS, METRIC_FIELDS, PROVENANCE_COLUMNS, TABLES, WORKLOAD_DIGEST
+from bench.results.manifest import check_whole
 from bench.results.rawdata import packed, unpacked_copy
 from bench.results.records import RunRecord, load_runs, run_row
 from bench.results.summary_json import VERDICTS
@@ -175,7 +176,8 @@ def _records(sweep_dir: Path) -> list[TrackerRun]:
 
 
 def read_sweep(sweep_dir: str | Path) -> SweepExport:
-    """The sweep's runs and summary; SweepError (one line) for a directory that is no reported sweep."""
+    """The sweep's runs and summary; SweepError (one line) for a directory that is no reported sweep
+    or whose summary.csv is not whole (bench/results/manifest.py: cut short or edited)."""
     d = Path(sweep_dir)
     if not d.is_dir():
         raise SweepError(f"{d}: not a directory; expected the output directory of a sweep")
@@ -183,6 +185,10 @@ def read_sweep(sweep_dir: str | Path) -> SweepExport:
         raise SweepError(f"{d}: no runs/ directory; expected the output directory of a sweep")
     if not (d / "summary.csv").is_file():
         raise SweepError(f"{d}: no summary.csv; run `python -m bench report {d}` first")
+    try:  # cut short or edited since `bench report` wrote it: refused as `bench compare` refuses it
+        check_whole(d / "summary.csv")
+    except ValueError as e:
+        raise SweepError(str(e)) from None
     runs = _records(d)
     if not runs:
         raise SweepError(f"{d}: no run directories under runs/; nothing to export")

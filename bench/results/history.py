@@ -18,6 +18,7 @@ import pandas as pd
 
 from bench.errors import SweepError
 from bench.fileio import read_json
+from bench.results.manifest import check_whole
 
 SUMMARY = "summary.csv"
 # a series: one workload (the digest; the shapes and GPUs a capacity or scaling sweep varies under
@@ -135,7 +136,8 @@ def _key_text(v) -> str:
 
 
 def read_sweep(d: Path, dates: dict[str, str | None]) -> list[tuple[tuple, Point]]:
-    """One sweep's rows as (series key, point)."""
+    """One sweep's rows as (series key, point); SweepError (one line) for a summary.csv that cannot
+    be read, lacks a key column, or is not whole (bench/results/manifest.py: cut short or edited)."""
     try:
         table = pd.read_csv(d / SUMMARY, dtype={"workload_digest": str, "git_commit": str})
     except (OSError, ValueError) as e:
@@ -143,6 +145,10 @@ def read_sweep(d: Path, dates: dict[str, str | None]) -> list[tuple[tuple, Point
     missing = [c for c in (*KEY, "cell_id", "delta_samples_per_s_pct") if c not in table.columns]
     if missing:
         raise SweepError(f"{d / SUMMARY}: lacks {', '.join(missing)}; not a summary bench report wrote")
+    try:  # cut short or edited since `bench report` wrote it (its manifest.json, or its shape)
+        check_whole(d / SUMMARY)
+    except ValueError as e:
+        raise SweepError(str(e)) from None
     doc = read_json(d / "summary.json")  # None when missing, torn or not JSON
     sweep = doc.get("sweep") if isinstance(doc, dict) else None
     created = _text(sweep.get("created")) if isinstance(sweep, dict) else ""

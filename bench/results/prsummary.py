@@ -46,8 +46,16 @@ def _vram(r: Any) -> str:
     ci = delta_text(r.delta_peak_vram_gib, lo, hi, "+.2f", " GiB")
     pct = "" if fmt.isnan(r.delta_peak_vram_pct) else f" ({fmt.f(r.delta_peak_vram_pct, '+.1f')}%)"
     verdict = getattr(r, "verdict_memory", None)
-    word = f" ({verdict.split(':')[0]})" if isinstance(verdict, str) and verdict else ""
+    word = f" ({_words(verdict)})" if isinstance(verdict, str) and verdict else ""
     return f"{ci}{pct} peak VRAM{word}"
+
+
+def _words(verdict: str) -> str:
+    """A verdict's words without its detail: ``faster``, ``too few pairs (2)``, ``effect not
+    recorded, no verdict`` (whose runs are counted in the Results table)."""
+    if speed_kind(verdict) is Speed.NOT_PROVEN:
+        return f"{Speed.NOT_PROVEN.value}, no verdict"
+    return verdict.split(":")[0]
 
 
 def _energy(r: Any) -> str:
@@ -108,7 +116,7 @@ def delta_line(r: Any, energy_note: str = "") -> str:
     if kind is Speed.AA_TOO_NOISY:  # the reason, which is the message: this machine, not the suite
         pairs += f"; A/A: {verdict.removeprefix('A/A check not passed: ').split(' (')[0]}"
     else:  # the verdict's words, decided or not (faster, within ±1%, inconclusive, ...)
-        pairs += f"; {verdict.split(':')[0]}"
+        pairs += f"; {_words(verdict)}"
     pairs += _precision(r)
     parity = r.loss_parity if isinstance(r.loss_parity, str) else "n/a"
     energy = _energy(r) + (energy_note if _energy(r) else "")

@@ -101,13 +101,33 @@ def unpack(sweep_dir: Path) -> list[str]:
             f"{sweep_dir}: {', '.join(there)} already there; nothing unpacked (remove it to unpack again)"
         )
     with writing(sweep_dir), tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
-        names = {n.split("/", 1)[0] for n in tar.getnames()}
-        if not names <= set(MEMBERS):
-            raise SweepError(
-                f"{path}: holds {', '.join(sorted(names - set(MEMBERS)))}, not a sweep's raw records"
-            )
+        _check_members(tar, path, doc, sweep_dir)
         tar.extractall(sweep_dir, filter="data")
     return members
+
+
+def _check_members(tar: tarfile.TarFile, path: Path, doc: dict, sweep_dir: Path) -> None:
+    """Before anything is extracted: every member passes tarfile's "data" filter (inside
+    ``sweep_dir``: no absolute path, no path or link leading out, no device file), the archive holds
+    a sweep's raw records only, and exactly the members and file count raw.json lists; else one line."""
+    entries = tar.getmembers()
+    for entry in entries:
+        try:
+            tarfile.data_filter(entry, str(sweep_dir))
+        except tarfile.FilterError as e:
+            raise SweepError(f"{path}: {e}; nothing unpacked") from None  # e names the member
+    names = {e.name.split("/", 1)[0] for e in entries}
+    if not names <= set(MEMBERS):
+        raise SweepError(
+            f"{path}: holds {', '.join(sorted(names - set(MEMBERS)))}, not a sweep's raw records"
+        )
+    listed, files = {str(m) for m in doc.get("members") or []}, sum(e.isfile() for e in entries)
+    if names != listed or files != doc.get("files", files):
+        raise SweepError(
+            f"{path}: does not match {RAW_JSON} (the archive holds {', '.join(sorted(names)) or 'nothing'} "
+            f"in {files} files; {RAW_JSON} lists {', '.join(sorted(listed)) or 'nothing'} in "
+            f"{doc.get('files')} files); nothing unpacked"
+        )
 
 
 def unpacked_copy(sweep_dir: Path, dest: Path, sweep_json: bool = True) -> Path:

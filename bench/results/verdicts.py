@@ -32,6 +32,9 @@ class Speed(Enum):
     AA_FAILED = "A/A check FAILED"
     OOM = "OOM"  # one arm or both ran out of memory (deltas._one_sided): "liger fits, baseline OOM"
     NOT_IN_EFFECT = "arm not in effect"  # a run's model lacked its arm's kernels (deltas.not_in_effect)
+    # a run of the arm or of its reference recorded nothing of whether the arm took effect
+    # (deltas.not_proven): the Δ is shown, no verdict is drawn from it
+    NOT_PROVEN = "effect not recorded"
 
 
 # Checked in this order: the longer of two prefixes first.

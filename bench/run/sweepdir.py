@@ -99,9 +99,17 @@ def cache_dir_for(out_dir: Path, cell: Cell) -> Path | None:
 
 
 def check_out_path(out_dir: Path, flag: str = "--out") -> None:
-    """One line (SweepError) when ``out_dir`` cannot be a sweep directory: a file, unwritable, empty."""
+    """One line (SweepError) when ``out_dir`` cannot be a sweep directory: a file, unwritable, empty,
+    or a path with a control character or whitespace around it (refused as a sweep's or an arm's
+    name is: bench/config/typed.py's name_problem; a newline would put a second line into every
+    path and message naming the directory)."""
+    from bench.config.typed import name_problem  # not at import time: bench.config needs PyYAML
+
     if not str(out_dir).strip():
         raise SweepError(f"{flag}: empty path; expected a directory")
+    why = name_problem(str(out_dir))
+    if why:
+        raise SweepError(f"{flag} {str(out_dir)!r}: the path {why}; expected a directory path on one line")
     if out_dir.exists() and not out_dir.is_dir():
         raise SweepError(f"{flag} {out_dir}: is a file; expected a directory")
     existing = out_dir
