@@ -285,3 +285,29 @@ def test_single_kernel_arms_set_their_keys(tmp_path):
     )
     with pytest.raises(SweepError, match=r"set\.model\.liger_swiglu: set by the driver; use arms"):
         load_config(bad)
+
+
+def test_a_running_delta_whose_ci_says_nothing_yet_says_so_and_names_the_noted_run(tmp_path):
+    """Two pairs, the second's Liger run disturbed (one step 100x the others): the running Δ's CI
+    runs to +2665814985.3 on the CPU's first screen before; now its width alone, in words, and the
+    run runs.csv flags ("unstable") named on the same line."""
+    tc = train_configs(tmp_path)
+    cells = [{"config": tc["online"], "batch_size": 1, "seq_len": 32}]
+    cfg = load_config(sweep_file(tmp_path, cells, arms=["baseline", "liger"], repeats=2))
+    cell, out = cfg.cells[0].cell_id, tmp_path / "out"
+    runs = plan(cfg)
+    for k, liger_steps in ((1, [1.0, 0.9, 0.9, 0.9]), (2, [1.0, 1.0, 1.0, 100.0])):
+        write_run(out, "baseline", k, [1.0, 1.0, 1.0, 1.0], cell_id=cell, warmup=1)
+        write_run(out, "liger", k, liger_steps, cell_id=cell, warmup=1)
+    (line,) = console.running_deltas(out, runs, runs[-1])
+    # per pair, samples/s liger over baseline: 3 steps in 2.7 s against 3 s, then in 102 s against 3 s
+    logs = [math.log(3 / 2.7), math.log(3 / 102)]
+    sd = abs(logs[0] - logs[1]) / math.sqrt(2)
+    half_log = 12.706 * sd / math.sqrt(2)  # t(0.975, 1 df) from the table
+    point = 100 * math.expm1(sum(logs) / 2)
+    assert line.startswith(f"running Δ samples/s, liger vs baseline, {cell}: {point:+.1f}% (CI ±")
+    assert (
+        "points: too wide to read yet) after 2 pair(s); 1 run noted in runs.csv (unstable: step 4 took"
+        in line
+    )
+    assert "[" not in line and half_log > 3  # the interval's ends (e^±44) are not printed

@@ -129,22 +129,39 @@ def running_deltas(out_dir: Path, runs: list[Run], finished: Run) -> list[str]:
             continue
         d, decision = deltas.speed_delta(lr, target)
         if precision is None:
-            ci = (
-                f" [{d.lo:+.1f}, {d.hi:+.1f}] (±{d.halfwidth:.1f} points)"
-                if _finite(d.lo)
-                else " (a CI needs 2 pairs)"
-            )
+            ci = _interval(d, ".1f", "") if _finite(d.lo) else " (a CI needs 2 pairs)"
         else:
             note = _precision_note(d, precision, decision, cell_decision)
-            ci = (
-                f" [{d.lo:+.1f}, {d.hi:+.1f}] (±{d.halfwidth:.2f} points, {note})"
-                if _finite(d.lo)
-                else f" (a CI needs 2 pairs; {note})"
-            )
+            ci = _interval(d, ".2f", f", {note}") if _finite(d.lo) else f" (a CI needs 2 pairs; {note})"
         lines.append(
             f"running Δ samples/s, {arm} vs {BASELINE}, {cell}: {d.pct:+.1f}%{ci} after {d.n} pair(s)"
+            + _noted(ok[ok["arm"].isin([BASELINE, arm])])
         )
     return lines
+
+
+WIDE_POINTS = 100.0  # a running CI wider than ±100 points says nothing yet: its ends are not printed
+
+
+def _interval(d: Delta, spec: str, note: str) -> str:
+    """`` [lo, hi] (±h points…)``; a CI wider than ±WIDE_POINTS (two pairs, one run disturbed: on
+    a shared CPU the first screen read [-100.0, +2665814985.3]) as its width alone, in words."""
+    if d.halfwidth > WIDE_POINTS:
+        return f" (CI ±{d.halfwidth:.3g} points: too wide to read yet{note})"
+    return f" [{d.lo:+.1f}, {d.hi:+.1f}] (±{d.halfwidth:{spec}} points{note})"
+
+
+def _noted(runs: Any) -> str:
+    """``; 1 run noted in runs.csv (unstable: step 3 took …)``: the runs behind the Δ that the
+    report flags (a step far over the run's median, too few steps, …), the first note's gist."""
+    if "note" not in runs:
+        return ""
+    notes = [str(n) for n in runs["note"].dropna() if str(n).strip()]
+    if not notes:
+        return ""
+    gist = notes[0].split(";")[0]
+    gist = gist if len(gist) <= 70 else gist[:69] + "…"
+    return f"; {len(notes)} run{'s' if len(notes) > 1 else ''} noted in runs.csv ({gist})"
 
 
 def _precision_note(
