@@ -140,7 +140,7 @@ def running_deltas(out_dir: Path, runs: list[Run], finished: Run) -> list[str]:
     return lines
 
 
-WIDE_POINTS = 100.0  # a running CI wider than ±100 points says nothing yet: its ends are not printed
+WIDE_POINTS = 1000.0  # a running CI wider than ±1000 points says nothing yet: its ends are not printed
 
 
 def _interval(d: Delta, spec: str, note: str) -> str:
