@@ -286,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--use-liger-kernel", action="store_true")
     p.add_argument("--output-dir")
     args = p.parse_args(argv)
-    cfg = _load(args.config, _parse_sets(args.sets))
+    sets = _parse_sets(args.sets)
+    cfg = _load(args.config, sets)
     if args.command == "check":
         cache = _get(cfg, "data.cache_dir")
         if cache and Path(cache).is_dir() and (Path(cache) / "shard-0.bin").stat().st_size != 64:
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "prepare":
         return prepare(cfg, Path(args.output_dir))
-    return train(cfg, Path(args.output_dir), args.use_liger_kernel, _parse_sets(args.sets))
+    return train(cfg, Path(args.output_dir), args.use_liger_kernel, sets)
 
 
 if __name__ == "__main__":
