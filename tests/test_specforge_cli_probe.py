@@ -59,11 +59,10 @@ def build_runs(root: Path) -> dict:
     probe = {"BENCH_SPECFORGE_PROBE": "2:2"}
     codes = [
         wrapped(root, root / "plain", 5, {}),
-        wrapped(root, root / "probed", 5, probe),
         wrapped(root, root / "forked", 5, probe, root / "warm.sock"),
-        wrapped(root, root / "frozen", 5, probe, None, "--gc-freeze"),
+        wrapped(root, root / "probed", 5, probe, None, "--gc-freeze"),  # fresh, both hooks in one process
         wrapped(root, root / "nudged", 5, {}, None, "--perturb-ulp", "param"),
-        wrapped(root, root / "nudged16", 5, {}, None, "--perturb-ulp", "bfloat16"),
+        wrapped(root, root / "nudged16", 5, {}, root / "warm.sock", "--perturb-ulp", "bfloat16"),  # forked
     ]
     return {"codes": codes}
 
@@ -81,7 +80,7 @@ def losses(rdir: Path) -> list[float]:
 @pytest.mark.slow
 def test_the_probe_records_a_fresh_run_without_changing_what_it_computes(runs):
     root, codes = runs
-    assert codes == [0, 0, 0, 0, 0, 0], (root / "probed" / "stdout.log").read_text()[-2000:]
+    assert codes == [0, 0, 0, 0, 0], (root / "probed" / "stdout.log").read_text()[-2000:]
     assert losses(root / "probed") == losses(root / "plain")  # the same numbers, step by step
     doc = json.loads((root / "probed" / "probe.json").read_text())
     assert len(doc["step_t"]) >= 4 and doc["step_t"] == sorted(doc["step_t"])
@@ -109,14 +108,14 @@ def test_a_run_forked_from_the_warm_server_is_probed_too_and_its_imports_were_pr
 @pytest.mark.slow
 def test_gc_freeze_lands_after_the_first_step_and_changes_no_number(runs):
     root, _ = runs
-    frozen = json.loads((root / "frozen" / "gc_freeze.json").read_text())
+    frozen = json.loads((root / "probed" / "gc_freeze.json").read_text())
     assert frozen["after_step"] == 1 and frozen["frozen_objects"] > 10_000  # torch's heap and more
     assert (
-        json.loads((root / "frozen" / "specforge.json").read_text())["gc_freeze"]["output"]
+        json.loads((root / "probed" / "specforge.json").read_text())["gc_freeze"]["output"]
         == "gc_freeze.json"
     )
-    assert losses(root / "frozen") == losses(root / "plain")
-    assert json.loads((root / "frozen" / "probe.json").read_text())["step_t"]  # both hooks in one process
+    assert losses(root / "probed") == losses(root / "plain")
+    assert json.loads((root / "probed" / "probe.json").read_text())["step_t"]  # both hooks in one process
     assert not (root / "plain" / "gc_freeze.json").exists()
 
 
@@ -152,6 +151,7 @@ def test_the_aa_eps_arm_moves_every_weight_by_one_ulp_inside_specforge(runs):
     # one bfloat16 ulp (what a GPU run's forward computes in) moves the float32 weights further
     wide = losses(root / "nudged16")
     assert json.loads((root / "nudged16" / "perturb.json").read_text())["ulp_of"] == "bfloat16"
+    assert json.loads((root / "nudged16" / "specforge.json").read_text())["start"] == "warm-server"
     apart = lambda run: max(abs(a - b) for a, b in zip(plain, run))  # noqa: E731
     assert wide[0] == plain[0] and apart(wide) > apart(nudged)
 

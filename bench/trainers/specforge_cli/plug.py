@@ -14,7 +14,9 @@ itself (``--plan``) before anything is written. Keys it owns: bench/trainers/spe
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -200,10 +202,8 @@ class SpecForgeCliPlug:
         wrap += ["--world", str(cell.gpus), "--seq-len", str(cell.seq_len)]
         if cfg.stop_after_last_step:
             wrap += ["--stop-after", str(cell.steps)]
-        if (
-            cfg.trainer_python_fork and cell.gpus == 1 and run.spec.env is None
-        ):  # the warm server: the sweep's env
-            wrap += ["--warm", self.warm_socket()]
+        if cfg.trainer_python_fork and cell.gpus == 1:  # the warm server of the run's environment
+            wrap += ["--warm", self.warm_socket(run)]
         if cfg.trainer_gc_freeze:
             wrap += ["--gc-freeze"]
         if run.spec.perturb:  # aa_eps: SpecForge has no key for it; instrument.py moves the weights
@@ -231,9 +231,17 @@ class SpecForgeCliPlug:
         cut = argv.index("--")
         return [*argv[:cut], "--lockstep", str(pair_dir), str(role), str(last), *argv[cut:]]
 
-    def warm_socket(self) -> str:
-        """Where this driver's warm server of the user's interpreter listens (its first run starts it)."""
-        return str(Path(tempfile.gettempdir()) / f"bench-specforge-warm-{os.getpid()}.sock")
+    def warm_socket(self, run: Run) -> str:
+        """Where this driver's warm server of the run's environment listens (the first run there
+        starts it): one for the sweep's interpreter, one for each arm environment (user_arms'
+        python, path, env), since what a server imported is what every run forked from it runs."""
+        env = run.spec.env
+        tag = (
+            ""
+            if env is None
+            else "-" + hashlib.sha256(json.dumps(env.declared(), sort_keys=True).encode()).hexdigest()[:12]
+        )
+        return str(Path(tempfile.gettempdir()) / f"bench-specforge-warm-{os.getpid()}{tag}.sock")
 
     def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
         module = ["-m", "bench.trainers.specforge_cli.inputs", cell.train_config]
