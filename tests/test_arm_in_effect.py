@@ -254,6 +254,8 @@ def test_a_liger_run_of_the_real_cli_whose_kernels_did_not_land_gets_no_delta(tm
         "3",
         "--pairing",
         "sequential",
+        "--set-sweep",
+        "trainer_python_fork=true",  # both runs forked from one warm server of that environment
     ]
     assert main(argv) == 0
     runs = {r["arm"]: r for r in csv.DictReader((out / "runs.csv").open())}
@@ -263,6 +265,7 @@ def test_a_liger_run_of_the_real_cli_whose_kernels_did_not_land_gets_no_delta(tm
     liger = next((out / "runs").glob("*_liger_r1"))
     run = json.loads((liger / "run.json").read_text())
     assert run["set_resolved"]["model.use_liger_kernel"] == {"config": True}  # the switch did reach SpecForge
+    assert json.loads((liger / "specforge.json").read_text())["start"] == "warm-server"
     assert "Qwen3RMSNorm" in run["draft_module_types"]
     row = {r["arm"]: r for r in csv.DictReader((out / "summary.csv").open())}["liger"]
     assert row["verdict_speed"].startswith("arm not in effect (1 of 1 liger runs: no LigerRMSNorm")

@@ -152,6 +152,9 @@ def sweep_doc(tmp_path: Path, **top) -> Path:
             "trainer: specforge-cli",
         ),
         ({"pairing": "together"}, "pairing: expected one of sequential, lockstep"),
+        # both runs of a pair would wait on the one warm server until their timeout (83 s, both
+        # runs "timeout", before this check)
+        ({"trainer_python_fork": True}, "trainer_python_fork: true forks one run at a time"),
     ],
 )
 def test_a_lockstep_sweep_it_cannot_run_is_refused_in_one_line(tmp_path, top, needle):

@@ -68,11 +68,21 @@ def test_offline_trains_and_loss_falls(tmp_path, tiny_cache):
     assert "step 30/30 | loss" in r.stdout
 
 
-@pytest.mark.slow
-def test_same_seed_same_losses_different_seed_differs(tmp_path, tiny_cache):
+def train_here(out, *sets, config=OFFLINE, cache=None) -> int:
+    """``specforge train`` in this process (the trainer's main; test_offline_trains_and_loss_falls
+    runs the command line itself): a second run here starts from whatever the first left behind."""
+    from specforge.__main__ import main
+
+    args = ["train", config, "--output-dir", str(out)]
+    args += ["--set", f"data.cache_dir={cache}"] if cache is not None else []
+    for s in sets:
+        args += ["--set", s]
+    return main(args)
+
+
+def test_same_seed_same_losses_different_seed_differs(tmp_path, tiny_cache, capsys):
     for name, seed in (("a", 42), ("b", 42), ("c", 7)):
-        r = train(tmp_path / name, "training.steps=6", f"training.seed={seed}", cache=tiny_cache)
-        assert r.returncode == 0, r.stderr[-2000:]
+        assert train_here(tmp_path / name, "training.steps=6", f"training.seed={seed}", cache=tiny_cache) == 0
     a, b, c = (metrics(tmp_path / n) for n in "abc")
     assert [x["loss"] for x in a] == [x["loss"] for x in b]
     assert [x["loss"] for x in a] != [x["loss"] for x in c]
@@ -129,12 +139,13 @@ def assert_run_records(out):
     assert {k for r in rows for k in r.extra} <= {"alloc_ooms", "model_tflops", "profiled"}
 
 
-def test_existing_run_not_overwritten(tmp_path, tiny_cache):
+def test_existing_run_not_overwritten(tmp_path, tiny_cache, capsys):
     out = tmp_path / "run"
-    assert train(out, "training.steps=2", cache=tiny_cache).returncode == 0
+    assert train_here(out, "training.steps=2", cache=tiny_cache) == 0
     before = (out / "metrics.jsonl").read_text()
-    r = train(out, "training.steps=2", cache=tiny_cache)
-    assert r.returncode == 2 and "already holds a run" in r.stderr
+    capsys.readouterr()
+    assert train_here(out, "training.steps=2", cache=tiny_cache) == 2
+    assert "already holds a run" in capsys.readouterr().err
     assert (out / "metrics.jsonl").read_text() == before
 
 
@@ -191,17 +202,21 @@ def test_gloo_process_leaves_without_interpreter_shutdown(backend):
     assert ("interpreter shutdown ran" in r.stdout) == (backend == "none")
 
 
-@pytest.mark.slow
-def test_jsonl_token_records(tmp_path):
+def test_jsonl_token_records(tmp_path, capsys):
     data = tmp_path / "data.jsonl"
     rec = {"input_ids": [(7 * i) % 500 for i in range(100)], "loss_mask": [0] * 20 + [1] * 80}
     data.write_text("\n".join(json.dumps(rec) for _ in range(4)) + "\n")
-    r = train(tmp_path / "j", "training.steps=2", "data.source=jsonl", f"data.path={data}", config=ONLINE)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert (
+        train_here(
+            tmp_path / "j", "training.steps=2", "data.source=jsonl", f"data.path={data}", config=ONLINE
+        )
+        == 0
+    )
     assert len(metrics(tmp_path / "j")) == 2
     data.write_text(json.dumps({"input_ids": [1, 2, 99999]}) + "\n")
-    r = train(tmp_path / "bad", "data.source=jsonl", f"data.path={data}", config=ONLINE)
-    assert r.returncode == 2 and "outside [0, 512)" in r.stderr and not (tmp_path / "bad").exists()
+    capsys.readouterr()
+    assert train_here(tmp_path / "bad", "data.source=jsonl", f"data.path={data}", config=ONLINE) == 2
+    assert "outside [0, 512)" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
 def test_oom_reason_in_run_json_is_the_allocators_first_sentence():

@@ -16,7 +16,8 @@ from bench.config.typed import Fail
 def check_lockstep(top: SweepKeys, cells: list[Cell], readers: Readers, fail: Fail) -> None:
     """``pairing: lockstep`` puts a pair's two runs on one card, taking turns step by step: two
     arms, one GPU and one node per run, a trainer whose runs can take turns (its reader's
-    ``takes_turns``), a warm-up step (the first step runs in both at once)."""
+    ``takes_turns``), a warm-up step (the first step runs in both at once), runs that start on
+    their own (not forked from trainer_python_fork's server, which serves one run at a time)."""
     if top.pairing != "lockstep":
         return
     need = "pairing: lockstep (both runs of a pair on one card, taking turns) needs"
@@ -27,6 +28,12 @@ def check_lockstep(top: SweepKeys, cells: list[Cell], readers: Readers, fail: Fa
             own = isinstance(top.cells[c.entry], dict) and top.cells[c.entry].get("warmup_steps") is not None
             key = f"cells[{c.entry}].warmup_steps" if own else "warmup_steps"
             raise fail(f"{need} {key} of at least 1: step 1 runs in both runs at once")
+    if top.trainer_python_fork:  # the warm server forks one run and waits for it before the next
+        raise fail(
+            f"{need} runs that start on their own: trainer_python_fork: true forks one run at a time from "
+            "its warm server, and each run of a pair would wait for the other until timeout_s; remove "
+            "trainer_python_fork, or use pairing: sequential"
+        )
     able = [name for name, r in readers.items() if r.takes_turns]
     for c in cells:
         if not readers[c.trainer].takes_turns:
