@@ -22,6 +22,8 @@ if __name__ == "__main__":
         "probe_env": os.environ.get("FORK_PROBE"),
         "stdin_is_devnull": os.path.samestat(os.fstat(0), os.stat(os.devnull)),
         "start_method": multiprocessing.get_start_method(),
+        # which of these modules the run found imported (a forked run: what its server preloaded)
+        "preloaded": [m for m in os.environ.get("FORK_PROBE_MODULES", "").split(",") if m in sys.modules],
     }
     if mode == "child":
         info["grandchild"] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid

@@ -47,6 +47,24 @@ def test_a_forked_run_sees_what_the_command_line_gives(tmp_path, monkeypatch, fo
     assert "probe says hello" in log and "probe on stderr" in log
 
 
+def test_a_server_of_other_imports_is_replaced_not_reused(tmp_path):
+    """A second sweep in one process (the tests run many) whose trainer imports other modules gets
+    a server that imported those: the first one's forks imported the second trainer themselves,
+    every run (3.3 s each of the CPU parity sweep's runs here)."""
+    out, env = tmp_path / "probe.json", {"FORK_PROBE_MODULES": "wave,colorsys"}
+    try:
+        assert forkstart.start_server(["tests.fork_probe", "wave"]) > 0  # not the module's server
+        assert forkstart.start_server(["tests.fork_probe", "wave"]) == 0.0  # running already
+        rc, _, _, launch = _run(tmp_path, [*PROBE, str(out)], env=env)
+        assert rc == 0 and launch["start"] == "fork-server"
+        assert json.loads(out.read_text())["preloaded"] == ["wave"]
+    finally:
+        assert forkstart.start_server(["tests.fork_probe"]) > 0  # the module's own again
+    out.unlink()
+    assert _run(tmp_path, [*PROBE, str(out)], env=env)[0] == 0
+    assert json.loads(out.read_text())["preloaded"] == []
+
+
 def test_other_commands_are_not_forked(tmp_path):
     assert forkstart.module_argv([sys.executable, "-m", "tests.fork_probe", "a"]) == (
         "tests.fork_probe",
@@ -115,7 +133,7 @@ def test_sweep_forks_single_process_runs_only_when_asked(tmp_path, fork_server):
 def test_a_server_whose_forks_see_no_gpu_is_not_used(monkeypatch):
     """On a machine with GPUs, a server that left its forks without any (e.g. an import that
     initialised the CUDA driver) is refused; the driver then starts runs afresh."""
-    monkeypatch.setattr(forkstart, "_started", False)
+    monkeypatch.setattr(forkstart, "_preloaded", None)
     with pytest.raises(forkstart.ForkServerUnusable, match="found no GPU; the machine has 2"):
         forkstart.start_server(["tests.fork_probe"], gpus=2)  # torch on this CPU machine: 0 devices
     assert not forkstart.ready()

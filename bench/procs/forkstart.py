@@ -26,7 +26,7 @@ _CTX = multiprocessing.get_context("forkserver")
 # CUDA driver uninitialised, so forked children can still create their own CUDA context.
 # TORCH_WARM_POOL=0: importing TorchInductor must not start its compile workers in the server.
 _SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCH_WARM_POOL": "0"}
-_started = False
+_preloaded: tuple[str, ...] | None = None  # what the running server imported; None: no server
 
 
 def module_argv(argv: Sequence[str]) -> tuple[str, list[str]] | None:
@@ -45,14 +45,23 @@ def start_server(preload: Sequence[str], env: dict[str, str] | None = None, gpus
     """Start the fork server (once per driver process) with ``preload`` imported, under the
     driver's environment plus ``env`` (e.g. the compile cache's; each run gets its own full
     environment anyway); returns the seconds it took to become ready, 0.0 when it was running
-    already. A module that fails to import is skipped by the server and imported by each
-    run instead. With ``gpus`` > 0 (the machine's count), a forked probe must see CUDA/HIP
-    devices (an import that initialised the CUDA driver in the server would leave forks
-    without any): ForkServerUnusable otherwise, and runs start afresh."""
-    global _started
-    if _started:
+    already with these imports. A server of other imports (an earlier sweep run in this same
+    process, e.g. of another trainer) is stopped first: its forks would import this trainer
+    themselves, every run. A module that fails to import is skipped by the server and imported
+    by each run instead. With ``gpus`` > 0 (the machine's count), a forked probe must see
+    CUDA/HIP devices (an import that initialised the CUDA driver in the server would leave
+    forks without any): ForkServerUnusable otherwise, and runs start afresh."""
+    global _preloaded
+    wanted = ("bench.procs.launcher", *preload)
+    if _preloaded == wanted:
         return 0.0
-    _CTX.set_forkserver_preload(["bench.procs.launcher", *preload])
+    if _preloaded is not None:
+        stop = getattr(multiprocessing.forkserver._forkserver, "_stop", None)  # CPython 3.8+
+        if stop is None:
+            return 0.0  # runs fork from the server there is and import the rest themselves
+        stop()
+        _preloaded = None
+    _CTX.set_forkserver_preload(list(wanted))
     server_env = {**(env or {}), **_SERVER_ENV}
     saved = {k: os.environ.get(k) for k in server_env}
     os.environ.update(server_env)
@@ -75,13 +84,13 @@ def start_server(preload: Sequence[str], env: dict[str, str] | None = None, gpus
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    _started = True
+    _preloaded = wanted
     return time.monotonic() - t0
 
 
 def ready() -> bool:
     """Whether the server was started (a run asked to fork starts afresh otherwise)."""
-    return _started
+    return _preloaded is not None
 
 
 def _noop() -> None:
