@@ -76,6 +76,10 @@
 #             liger-kernel 0.6.4 (.whl/liger06/, installed with --target) against 0.8.5, both with Liger on
 #   ligerours configs/h200-liger-versions.yaml: liger-kernel 0.6.5 (.whl/liger065/) against 0.8.5 under our
 #             own trainer (the 4B cell, sequential pairs; 0.6.4 imports transformers' HybridCache, gone in 5.x)
+#   forkcheck warm starts on the GPU after the fork servers changed: our trainer's `bench ab` on the
+#             tiny cell (the driver's fork server, its GPU probe), then the SpecForge CLI's with
+#             trainer_python_fork and an arm of its own interpreter (sfcheckout; sequential pairs):
+#             how each run started and what it imported -> $OUT/forkcheck.txt
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
@@ -233,6 +237,15 @@ for spec in $stages; do
         run_stage $d python3 -m bench ab --trainer specforge-cli -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --out $W/$d --resume ;;
     sfabseq13) sfenv && run_stage h200-specforge-ab-seq13 python3 -m bench ab --trainer specforge-cli -c $W/ab-inputs/run.yaml \
         --python /tmp/sfenv/python --pairing sequential --pairs 5 --out $W/h200-specforge-ab-seq13 --resume ;;
+    forkcheck) sfenv && sfcheckout \
+        && run_stage forkcheck-ours python3 -m bench ab -c configs/train/tiny-offline.yaml --seq-len 128 --steps 20 \
+          --pairs 2 --out $W/forkcheck-ours \
+        && python3 -m bench.trainers.specforge_cli.inputs configs/train/tiny-offline.yaml --seq-len 128 \
+          --output-dir $W/forkcheck-inputs >/dev/null \
+        && run_stage forkcheck-sf python3 -m bench ab --trainer specforge-cli -c $W/forkcheck-inputs/run.yaml \
+          --python /tmp/sfenv/python --arm pr:python=/tmp/sfenv-pr/python --pairing sequential \
+          --set-sweep trainer_python_fork=true --seq-len 128 --steps 8 --pairs 2 --out $W/forkcheck-sf
+      python3 scripts/forkcheck.py $W/forkcheck-ours $W/forkcheck-sf | tee $OUT/forkcheck.txt ;;
     sfpr) sfenv && sfcheckout && run_stage h200-specforge-versions-pr python3 -m bench ab --trainer specforge-cli \
         -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --arm pr:python=/tmp/sfenv-pr/python --pairs 3 \
         --out $W/h200-specforge-versions-pr --resume ;;
