@@ -12,6 +12,7 @@ import glob
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -35,7 +36,19 @@ def main(dirs: list[str]) -> int:
                 + f", imports preloaded {(run.get('startup') or {}).get('imports_preloaded')}"
                 + (f", specforge from {code}" if code else "")
             )
-    left = sorted(glob.glob(str(Path(tempfile.gettempdir()) / "bench-specforge-warm-*")))
+            if run.get("status") != "ok":
+                print(f"    reason: {run.get('reason')}")
+                log = (
+                    (rdir / "stdout.log").read_text(errors="replace").splitlines()
+                    if (rdir / "stdout.log").exists()
+                    else []
+                )
+                print("\n".join(f"    | {line}" for line in log[-12:]))
+    pattern = str(Path(tempfile.gettempdir()) / "bench-specforge-warm-*")
+    end = time.monotonic() + 5  # a warm server looks for its driver once a second
+    while glob.glob(pattern) and time.monotonic() < end:
+        time.sleep(0.2)
+    left = sorted(glob.glob(pattern))
     print(f"left in {tempfile.gettempdir()}: {left or 'nothing'}")
     return 0
 

@@ -244,8 +244,10 @@ for spec in $stages; do
           --output-dir $W/forkcheck-inputs >/dev/null \
         && run_stage forkcheck-sf python3 -m bench ab --trainer specforge-cli -c $W/forkcheck-inputs/run.yaml \
           --python /tmp/sfenv/python --arm pr:python=/tmp/sfenv-pr/python --pairing sequential \
-          --set-sweep trainer_python_fork=true --seq-len 128 --steps 8 --pairs 2 --out $W/forkcheck-sf
-      python3 scripts/forkcheck.py $W/forkcheck-ours $W/forkcheck-sf | tee $OUT/forkcheck.txt ;;
+          --set-sweep trainer_python_fork=true --seq-len 128 --steps 8 --pairs 2 --out $W/forkcheck-sf \
+        ; run_stage forkcheck-sffresh python3 -m bench ab --trainer specforge-cli -c $W/forkcheck-inputs/run.yaml \
+          --python /tmp/sfenv/python --pairing sequential --seq-len 128 --steps 8 --pairs 1 --out $W/forkcheck-sffresh
+      python3 scripts/forkcheck.py $W/forkcheck-ours $W/forkcheck-sf $W/forkcheck-sffresh | tee $OUT/forkcheck.txt ;;
     sfpr) sfenv && sfcheckout && run_stage h200-specforge-versions-pr python3 -m bench ab --trainer specforge-cli \
         -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --arm pr:python=/tmp/sfenv-pr/python --pairs 3 \
         --out $W/h200-specforge-versions-pr --resume ;;
