@@ -104,9 +104,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
 
 
 def _watch_driver(pid: int, path: str) -> None:
-    """Exit once the driver is gone, removing the socket, and its log (SOCKET.log, where the
-    wrapper puts this server's output) when that says only that the server was ready: a log with
-    anything else in it (a module not preloaded, a failed request, a warning) stays in place."""
+    """Exit (removing the socket) once the driver is gone."""
     while True:
         try:
             os.kill(pid, 0)
@@ -117,10 +115,6 @@ def _watch_driver(pid: int, path: str) -> None:
         time.sleep(1.0)
     try:
         os.unlink(path)
-        with open(path + ".log") as f:
-            quiet = all(line.startswith(READY) for line in f if line.strip())
-        if quiet:
-            os.unlink(path + ".log")
     except OSError:
         pass
     os._exit(0)

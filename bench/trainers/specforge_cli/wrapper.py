@@ -8,7 +8,8 @@ It runs in the driver's process group (a timeout's group kill reaches SpecForge 
    SRC; exactly the samples of its steps, so that no epoch ends inside the measured steps);
 2. starts SpecForge with the user's interpreter in an environment that cannot import our
    ``specforge`` (bench/trainers/isolation.py), its stdout and stderr passed through; with
-   ``--warm``, forked from the warm server of that interpreter (warmserver.py) instead;
+   ``--warm``, forked from the warm server of that interpreter (warmserver.py) instead (the run
+   that starts the server keeps its output: ``DIR/warm-server.log``);
 3. turns each step's lines into a metrics.jsonl row as they arrive, stamped with the time
    (bench/trainers/specforge_cli/log.py), so the progress bar, the measured window and a run cut
    by its timeout see every finished step;
@@ -94,6 +95,7 @@ PYSPY_ENV = "BENCH_PYSPY"
 PERTURB = "perturb.json"  # what the aa_eps arm moved (instrument.py's PerturbUlp)
 GC_FREEZE = "gc_freeze.json"  # what gc.freeze() after step 1 froze (instrument.py's GcFreeze)
 MODULES = "modules.json"  # the trained model's module classes after step 1 (instrument.py's ModuleCensus)
+WARM_LOG = "warm-server.log"  # the warm server's output, in the run that started it (--warm)
 LOCKSTEP = LOCKSTEP_JSONL  # each step's own time and wait in a lockstep pair (turns.py's Lockstep)
 STARTUP_LINES = 80  # the lines before step 1 kept with their arrival times (where the start goes)
 
@@ -301,11 +303,14 @@ def end_leftovers() -> None:
                 pass
 
 
-def warm_server(sock: str, python: str, driver: int) -> dict:
-    """Start the warm server of ``python`` at ``sock`` unless it runs already; what was done."""
+def warm_server(sock: str, python: str, driver: int, log_path: Path) -> dict:
+    """Start the warm server of ``python`` at ``sock`` unless it runs already; what was done. Its
+    output (what its imports printed: a forked run's stdout.log has none of it) goes to
+    ``log_path``, in the directory of the run that starts it (the socket is in the temporary
+    directory, a short path; a log there would outlive the sweep)."""
     if os.path.exists(sock):
         return {"started_here": False}
-    log = open(sock + ".log", "ab")  # noqa: SIM115 (the server's own output, kept beside its socket)
+    log = open(log_path, "ab")  # noqa: SIM115 (the server's own output, for as long as it runs)
     env = {**isolated_env(os.environ), **WARM_SERVER_ENV}
     t0 = time.monotonic()
     server = subprocess.Popen(
@@ -319,8 +324,8 @@ def warm_server(sock: str, python: str, driver: int) -> dict:
     while not os.path.exists(sock) and server.poll() is None and time.monotonic() - t0 < WARM_READY_S:
         time.sleep(0.05)
     if not os.path.exists(sock):
-        raise OSError(f"the warm server did not start (exit status {server.poll()}; see {sock}.log)")
-    return {"started_here": True, "ready_s": round(time.monotonic() - t0, 3)}
+        raise OSError(f"the warm server did not start (exit status {server.poll()}; see {log_path})")
+    return {"started_here": True, "ready_s": round(time.monotonic() - t0, 3), "log": log_path.name}
 
 
 def instrument(args) -> tuple[dict, dict]:
@@ -358,7 +363,7 @@ def start(args, command: list[str]) -> tuple[object, dict]:
     hooks, how_hooks = instrument(args)
     if args.warm:
         try:
-            warm = warm_server(args.warm, command[0], os.getppid())
+            warm = warm_server(args.warm, command[0], os.getppid(), args.run_dir / WARM_LOG)
             return WarmRun(args.warm, command, env, hooks), {"start": "warm-server", **warm, **how_hooks}
         except (OSError, ValueError, KeyError) as e:
             how = {"start": "exec", "warm_server_error": str(e)}
