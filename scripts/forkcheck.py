@@ -33,6 +33,7 @@ def main(dirs: list[str]) -> int:
             print(
                 f"  {rdir.name}: {run.get('status')}, start {start}"
                 + (f" (server started here: {sf['started_here']})" if "started_here" in sf else "")
+                + (f", its log {sf['log']}" if sf.get("log") else "")
                 + f", imports preloaded {(run.get('startup') or {}).get('imports_preloaded')}"
                 + (f", specforge from {code}" if code else "")
             )

@@ -77,9 +77,11 @@
 #   ligerours configs/h200-liger-versions.yaml: liger-kernel 0.6.5 (.whl/liger065/) against 0.8.5 under our
 #             own trainer (the 4B cell, sequential pairs; 0.6.4 imports transformers' HybridCache, gone in 5.x)
 #   forkcheck warm starts on the GPU after the fork servers changed: our trainer's `bench ab` on the
-#             tiny cell (the driver's fork server, its GPU probe), then the SpecForge CLI's with
-#             trainer_python_fork and an arm of its own interpreter (sfcheckout; sequential pairs):
-#             how each run started and what it imported -> $OUT/forkcheck.txt
+#             tiny cell (the driver's fork server, its GPU probe), then the SpecForge CLI's on the 4B
+#             inputs (run sfinputs first; the tiny cell's float32 features meet SpecForge's bfloat16
+#             draft on a GPU: every run fails at step 1, forked or not) with trainer_python_fork and an
+#             arm of its own interpreter (sfcheckout; sequential pairs): how each run started and
+#             what it imported -> $OUT/forkcheck.txt
 #   sfpause   configs/h200-specforge-pause.yaml: one pair of 60-step runs: does the Liger pause recur?
 #   sfparity200 configs/h200-specforge-parity-4b-200.yaml: the same at 200 steps (about 9 min)
 #   punbiased configs/h200-parity-unbiased.yaml: our trainer's 4B parity with the unbiased ulp floor,
@@ -240,14 +242,10 @@ for spec in $stages; do
     forkcheck) sfenv && sfcheckout \
         && run_stage forkcheck-ours python3 -m bench ab -c configs/train/tiny-offline.yaml --seq-len 128 --steps 20 \
           --pairs 2 --out $W/forkcheck-ours \
-        && python3 -m bench.trainers.specforge_cli.inputs configs/train/tiny-offline.yaml --seq-len 128 \
-          --output-dir $W/forkcheck-inputs >/dev/null \
-        && run_stage forkcheck-sf python3 -m bench ab --trainer specforge-cli -c $W/forkcheck-inputs/run.yaml \
+        && run_stage forkcheck-sf python3 -m bench ab --trainer specforge-cli -c $W/ab-inputs/run.yaml \
           --python /tmp/sfenv/python --arm pr:python=/tmp/sfenv-pr/python --pairing sequential \
-          --set-sweep trainer_python_fork=true --seq-len 128 --steps 8 --pairs 2 --out $W/forkcheck-sf \
-        ; run_stage forkcheck-sffresh python3 -m bench ab --trainer specforge-cli -c $W/forkcheck-inputs/run.yaml \
-          --python /tmp/sfenv/python --pairing sequential --seq-len 128 --steps 8 --pairs 1 --out $W/forkcheck-sffresh
-      python3 scripts/forkcheck.py $W/forkcheck-ours $W/forkcheck-sf $W/forkcheck-sffresh | tee $OUT/forkcheck.txt ;;
+          --set-sweep trainer_python_fork=true --steps 8 --pairs 2 --out $W/forkcheck-sf
+      python3 scripts/forkcheck.py $W/forkcheck-ours $W/forkcheck-sf | tee $OUT/forkcheck.txt ;;
     sfpr) sfenv && sfcheckout && run_stage h200-specforge-versions-pr python3 -m bench ab --trainer specforge-cli \
         -c $W/ab-inputs/run.yaml --python /tmp/sfenv/python --arm pr:python=/tmp/sfenv-pr/python --pairs 3 \
         --out $W/h200-specforge-versions-pr --resume ;;
