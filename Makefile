@@ -113,8 +113,10 @@ $(LIGHT_STAMP): pyproject.toml
 	@$(BIN)/pip install -q -e . $(LOGGED)
 	@touch $@
 
-# Two workers (pytest-xdist, in the dev extra) when available: most tests wait on subprocesses.
-# worksteal: a worker that runs out of tests takes the other's (here 300 s -> 235 s on 2 cores).
+# Two workers (pytest-xdist, in the dev extra) when available, one a core of the 2-core CI machine.
+# worksteal: a worker that runs out of tests takes the other's. Three workers, back to back with two
+# on that machine: 268.6 s against 282.8 s of pytest; two are kept (a core each for the tests that
+# time their runs; with three, a running CI on 2 CPU pairs once came out ±1.75e4 points).
 TEST_WORKERS ?= 2
 # -p no:benchmark: a pytest-benchmark of the system's Python, seen through --system-site-packages,
 # warns on every run under xdist; the tests use none of it.
