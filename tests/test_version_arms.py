@@ -131,15 +131,11 @@ def test_each_run_records_the_code_it_imported_and_an_equal_environment_is_not_i
     )
     assert cell["arm_env"] == {"path": [str((root / "slow").resolve())]}
     # trainer_python_fork: every run forked from the warm server of its own arm's environment, one
-    # server started by each arm's first run (one shared server would give every arm its imports)
+    # server started by the first run of each (one shared server would give every arm its imports);
+    # "same" runs in the sweep's own environment and forks from the baseline's server
     how = {r["run_id"]: json.loads((out / "runs" / r["run_id"] / "specforge.json").read_text()) for r in runs}
     assert {h["start"] for h in how.values()} == {"warm-server"}
-    assert sorted(r["arm"] for r in runs if how[r["run_id"]]["started_here"]) == [
-        "baseline",
-        "copy",
-        "same",
-        "slow",
-    ]
+    assert sorted(r["arm"] for r in runs if how[r["run_id"]]["started_here"]) == ["baseline", "copy", "slow"]
     digests = {r["arm"]: r["workload_digest"] for r in runs}
     assert len(set(digests.values())) == 4  # the declared environment is part of each arm's workload
     assert "arm slow: specforge unversioned (baseline: specforge 0.2.0)" in output

@@ -203,7 +203,7 @@ class SpecForgeCliPlug:
         if cfg.stop_after_last_step:
             wrap += ["--stop-after", str(cell.steps)]
         if cfg.trainer_python_fork and cell.gpus == 1:  # the warm server of the run's environment
-            wrap += ["--warm", self.warm_socket(run)]
+            wrap += ["--warm", self.warm_socket(cfg, run)]
         if cfg.trainer_gc_freeze:
             wrap += ["--gc-freeze"]
         if run.spec.perturb:  # aa_eps: SpecForge has no key for it; instrument.py moves the weights
@@ -231,16 +231,18 @@ class SpecForgeCliPlug:
         cut = argv.index("--")
         return [*argv[:cut], "--lockstep", str(pair_dir), str(role), str(last), *argv[cut:]]
 
-    def warm_socket(self, run: Run) -> str:
+    def warm_socket(self, cfg: SweepConfig, run: Run) -> str:
         """Where this driver's warm server of the run's environment listens (the first run there
-        starts it): one for the sweep's interpreter, one for each arm environment (user_arms'
-        python, path, env), since what a server imported is what every run forked from it runs."""
+        starts it): one for the sweep's interpreter, one for each other environment an arm runs
+        in (user_arms' python, path, env), since what a server imported is what every run forked
+        from it runs. An arm whose environment is the sweep's own (its python the sweep's, no path,
+        no variables) shares the sweep's server."""
         env = run.spec.env
-        tag = (
-            ""
-            if env is None
-            else "-" + hashlib.sha256(json.dumps(env.declared(), sort_keys=True).encode()).hexdigest()[:12]
-        )
+        interpreter = self.interpreter(cfg)
+        where = [env.python or interpreter, list(env.path), dict(env.vars)] if env is not None else []
+        tag = ""
+        if where and where != [interpreter, [], {}]:
+            tag = "-" + hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()[:12]
         return str(Path(tempfile.gettempdir()) / f"bench-specforge-warm-{os.getpid()}{tag}.sock")
 
     def prepare_command(self, cfg: SweepConfig, cell: Cell, cache_dir: Path) -> list[str]:
