@@ -28,13 +28,18 @@ METRIC_KEYS = {
 }
 
 
-def train(out, *sets, config=OFFLINE, cache=None):
-    args = ["specforge", "train", config, "--output-dir", str(out)]
+def train_args(out, sets, config, cache) -> list[str]:
+    """``train CONFIG --output-dir OUT [--set data.cache_dir=CACHE] [--set KEY=VALUE ...]``."""
+    args = ["train", config, "--output-dir", str(out)]
     if cache is not None:
         args += ["--set", f"data.cache_dir={cache}"]
     for s in sets:
         args += ["--set", s]
-    return run_cli(*args)
+    return args
+
+
+def train(out, *sets, config=OFFLINE, cache=None):
+    return run_cli("specforge", *train_args(out, sets, config, cache))
 
 
 def metrics(out):
@@ -73,11 +78,7 @@ def train_here(out, *sets, config=OFFLINE, cache=None) -> int:
     runs the command line itself): a second run here starts from whatever the first left behind."""
     from specforge.__main__ import main
 
-    args = ["train", config, "--output-dir", str(out)]
-    args += ["--set", f"data.cache_dir={cache}"] if cache is not None else []
-    for s in sets:
-        args += ["--set", s]
-    return main(args)
+    return main(train_args(out, sets, config, cache))
 
 
 def test_same_seed_same_losses_different_seed_differs(tmp_path, tiny_cache, capsys):

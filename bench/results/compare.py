@@ -171,15 +171,9 @@ def _side_not_in_effect(side: pd.DataFrame) -> dict[tuple, tuple[str, str]]:
     if runs is not None and "arm_in_effect" in runs:
         keys = runs.apply(lambda r: row_key(r.to_dict()), axis=1)
         for key, rows in runs.groupby(keys, sort=False):  # the report's own rule, on one row's runs
-            arm = key[KEY_COLUMNS.index("arm")]
-            none = rows.iloc[:0]
-            said.append(
-                (
-                    key,
-                    not_in_effect(none, rows, arm)
-                    or (not_proven(none, rows, arm) if arm != BASELINE else None),
-                )
-            )
+            arm, none = key[KEY_COLUMNS.index("arm")], rows.iloc[:0]
+            why = not_in_effect(none, rows, arm) or (not_proven(none, rows, arm) if arm != BASELINE else None)
+            said.append((key, why))
     if "verdict_speed" in side:
         said += [(row_key(r), r.verdict_speed) for r in side.itertuples(index=False)]
     held = (Speed.NOT_IN_EFFECT, Speed.NOT_PROVEN)
